@@ -1,0 +1,146 @@
+"""The small base class every code derives from (modelled on numcodecs' ``Codec``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..exceptions import InsufficientResults
+
+__all__ = ["Code", "as_returned"]
+
+
+def as_returned(returned: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Validate a set of returned worker indices: integers in ``[0, n)``, no repeats."""
+    idx = np.asarray(returned)
+    if idx.ndim != 1:
+        raise ValueError(f"returned must be a 1-d sequence of worker indices, got shape {idx.shape}")
+    if idx.size == 0:
+        raise InsufficientResults("no results were returned: nothing to decode from")
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"returned must hold integer worker indices, got dtype {idx.dtype}")
+    if idx.min() < 0 or idx.max() >= n:
+        raise ValueError(f"returned worker indices must lie in [0, {n}), got {idx.tolist()}")
+    if np.unique(idx).size != idx.size:
+        raise ValueError(f"returned worker indices must be distinct, got {idx.tolist()}")
+    return idx.astype(np.intp)
+
+
+class Code:
+    """A linear code over K data blocks with N coded blocks.
+
+    Subclasses define :meth:`encoding_matrix` and :meth:`decoding_matrix`; encoding and
+    decoding are then one tensor contraction each over the flattened blocks.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (see :func:`dask_bacc.codes.get_code`).
+    exact : bool
+        True when a decodable set of results gives f(X_j) exactly (up to rounding).
+    """
+
+    name: ClassVar[str] = ""
+    exact: ClassVar[bool] = False
+
+    def __init__(self, K: int, N: int):
+        K, N = _positive_int("K", K), _positive_int("N", N)
+        self.K = K
+        self.N = N
+
+    # -- points ------------------------------------------------------------------
+    @property
+    def data_points(self) -> np.ndarray:
+        """Interpolation points of the K data blocks, shape (K,)."""
+        raise NotImplementedError
+
+    @property
+    def worker_points(self) -> np.ndarray:
+        """Evaluation points of the N coded blocks, shape (N,)."""
+        raise NotImplementedError
+
+    # -- matrices ----------------------------------------------------------------
+    def encoding_matrix(self) -> np.ndarray:
+        """The (N, K) matrix E with ``coded_i = sum_j E[i, j] X_j``."""
+        raise NotImplementedError
+
+    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
+        """The (K, len(returned)) matrix D with ``estimate_j = sum_l D[j, l] result_l``.
+
+        Columns follow ``returned`` as given. Raises :class:`InsufficientResults` when the
+        set cannot be decoded.
+        """
+        raise NotImplementedError
+
+    # -- decodability --------------------------------------------------------------
+    @property
+    def min_results(self) -> int:
+        """The fewest results from which decoding can succeed."""
+        raise NotImplementedError
+
+    def can_decode(self, returned: Sequence[int]) -> bool:
+        """Whether this set of returned worker indices is decodable."""
+        return len(set(returned)) >= self.min_results
+
+    # -- data --------------------------------------------------------------------
+    def encode(self, blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+        """Encode K blocks of shape (K, ...) into N coded blocks of shape (N, ...)."""
+        blocks = self._stack(blocks, self.K, "blocks")
+        return _contract(self.encoding_matrix(), blocks)
+
+    def decode(self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]) -> np.ndarray:
+        """Decode K output blocks from ``results[l]``, the result of worker ``returned[l]``."""
+        idx = as_returned(returned, self.N)
+        results = self._stack(results, idx.size, "results")
+        return _contract(self.decoding_matrix(idx), results)
+
+    @staticmethod
+    def _stack(blocks: Any, n: int, what: str) -> np.ndarray:
+        arr = np.asarray(blocks) if not isinstance(blocks, (list, tuple)) else np.stack(blocks)
+        if arr.ndim == 0 or arr.shape[0] != n:
+            raise ValueError(f"expected {n} {what} along axis 0, got shape {arr.shape}")
+        return arr
+
+    # -- configuration -------------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """A JSON-serialisable description; ``from_config(get_config())`` rebuilds the code."""
+        return {"name": self.name, "K": self.K, "N": self.N}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Code:
+        """Rebuild a code from :meth:`get_config` output."""
+        config = dict(config)
+        name = config.pop("name", cls.name)
+        if cls.name and name != cls.name:
+            raise ValueError(f"config is for code {name!r}, not {cls.name!r}")
+        return cls(**config)
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.get_config() == other.get_config()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.get_config().items())))
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "name")
+        return f"{type(self).__name__}({params})"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _contract(matrix: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """``out[r] = sum_c matrix[r, c] blocks[c]``: one BLAS matmul over flattened blocks."""
+    if blocks.dtype.kind not in "biuf":
+        raise TypeError(f"blocks must be real numeric, got dtype {blocks.dtype}")
+    dtype = blocks.dtype if blocks.dtype.kind == "f" else np.dtype(np.float64)
+    flat = blocks.reshape(blocks.shape[0], -1).astype(dtype, copy=False)
+    out = matrix.astype(dtype, copy=False) @ flat
+    return out.reshape((matrix.shape[0],) + blocks.shape[1:])

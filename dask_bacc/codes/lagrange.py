@@ -1,0 +1,107 @@
+"""Lagrange coded computing: the exact baseline for polynomial f of known degree."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import InsufficientResults
+from .base import Code, _positive_int, as_returned
+from .berrut import COINCIDENCE_TOL
+from .points import chebyshev_first, chebyshev_second
+
+__all__ = ["LagrangeCode", "lagrange_matrix"]
+
+
+def lagrange_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Lagrange basis of ``nodes`` evaluated at ``targets`` (barycentric form, second kind).
+
+    Returns the (len(targets), len(nodes)) matrix ``L[t, l] = ell_l(x_t)``; a target that
+    coincides with a node gets that node's unit row.
+    """
+    gaps = nodes[:, None] - nodes[None, :]
+    np.fill_diagonal(gaps, 1.0)
+    # scale each factor by 2 (the length of [-1, 1] is 2) so the products neither under-
+    # nor overflow for a few hundred nodes; the common factor cancels in the ratio
+    weights = 1.0 / np.prod(2.0 * gaps, axis=1)
+    diff = targets[:, None] - nodes[None, :]
+    hit = np.abs(diff) <= COINCIDENCE_TOL
+    rows_hit = hit.any(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = weights / np.where(hit, 1.0, diff)
+    terms[rows_hit] = 0.0
+    out = terms / np.where(rows_hit, 1.0, terms.sum(axis=1))[:, None]
+    if rows_hit.any():
+        out[rows_hit] = 0.0
+        out[np.flatnonzero(rows_hit), np.argmax(hit, axis=1)[rows_hit]] = 1.0
+    return out
+
+
+class LagrangeCode(Code):
+    """Lagrange coded computing (LCC), exact for polynomial f of degree ``degree``.
+
+    The encoder is the degree K-1 Lagrange interpolant u(z) through (alpha_j, X_j); f(u(z))
+    then has degree ``degree * (K-1)``, so any ``degree * (K-1) + 1`` results determine it.
+    Decoding interpolates through that many returned points (spread evenly over the
+    returned set, in worker order, for conditioning) and evaluates at the data points.
+
+    Parameters
+    ----------
+    K, N : int
+        Data and coded blocks; N must be at least the recovery threshold.
+    degree : int
+        Total degree of f as a polynomial in the entries of its input block.
+
+    Raises
+    ------
+    InsufficientResults
+        From :meth:`decoding_matrix` / :meth:`decode` with fewer results than the threshold.
+    """
+
+    name = "lagrange"
+    exact = True
+
+    def __init__(self, K: int, N: int, degree: int = 1):
+        super().__init__(K, N)
+        self.degree = _positive_int("degree", degree)
+        if self.N < self.min_results:
+            raise ValueError(
+                f"Lagrange code with K={self.K}, degree={self.degree} needs N >= "
+                f"{self.min_results} coded tasks (degree*(K-1)+1), got N={self.N}"
+            )
+        self._alpha = chebyshev_first(self.K)
+        self._z = chebyshev_second(self.N)
+
+    @property
+    def data_points(self) -> np.ndarray:
+        return self._alpha.copy()
+
+    @property
+    def worker_points(self) -> np.ndarray:
+        return self._z.copy()
+
+    @property
+    def min_results(self) -> int:
+        return self.degree * (self.K - 1) + 1
+
+    def encoding_matrix(self) -> np.ndarray:
+        return lagrange_matrix(self._z, self._alpha)
+
+    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
+        idx = as_returned(returned, self.N)
+        need = self.min_results
+        if idx.size < need:
+            raise InsufficientResults(
+                f"Lagrange code (K={self.K}, degree={self.degree}) needs {need} results, "
+                f"got {idx.size}"
+            )
+        order = np.argsort(idx, kind="stable")
+        chosen = order[np.round(np.linspace(0, idx.size - 1, need)).astype(int)]
+        out = np.zeros((self.K, idx.size))
+        out[:, chosen] = lagrange_matrix(self._alpha, self._z[idx[chosen]])
+        return out
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "degree": self.degree}

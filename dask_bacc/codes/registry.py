@@ -1,0 +1,59 @@
+"""Name -> code class registry (the numcodecs pattern)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Code
+from .berrut import BerrutCode
+from .lagrange import LagrangeCode
+from .repetition import RepetitionCode, Uncoded
+
+__all__ = ["get_code", "register_code", "registered_codes"]
+
+_REGISTRY: dict[str, type[Code]] = {}
+
+
+def register_code(cls: type[Code]) -> type[Code]:
+    """Register a :class:`Code` subclass under its ``name`` (usable as a decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, Code)) or not cls.name:
+        raise TypeError(f"can only register Code subclasses with a name, got {cls!r}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def registered_codes() -> list[str]:
+    """Names accepted by :func:`get_code`."""
+    return sorted(_REGISTRY)
+
+
+def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
+    """Build a code by name.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`registered_codes` (``"berrut"``, ``"lagrange"``, ``"repetition"``,
+        ``"uncoded"``), or ``"systematic-berrut"`` as a shorthand for
+        ``get_code("berrut", ..., systematic=True)``.
+    K, N : int
+        Data blocks and coded blocks (``N`` may be omitted for ``"uncoded"``).
+    **options
+        Code-specific options, e.g. ``systematic=True`` or ``degree=3``.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"code name must be a string, got {type(name).__name__}")
+    key = name.lower().replace("_", "-")
+    if key == "systematic-berrut":
+        key, options = "berrut", {"systematic": True, **options}
+    try:
+        cls = _REGISTRY[key]
+    except KeyError:
+        raise ValueError(f"unknown code {name!r}; choose one of {registered_codes()}") from None
+    if N is None and cls is not Uncoded:
+        raise ValueError(f"code {name!r} needs N, the number of coded tasks")
+    return cls(K, N, **options)
+
+
+for _cls in (BerrutCode, LagrangeCode, RepetitionCode, Uncoded):
+    register_code(_cls)

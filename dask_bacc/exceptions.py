@@ -1,0 +1,18 @@
+"""Exceptions raised by dask-bacc (no dependency on dask, so ``codes`` can use them)."""
+
+from __future__ import annotations
+
+__all__ = ["InsufficientResults", "InvalidResult"]
+
+
+class InsufficientResults(RuntimeError):
+    """Too few usable coded results exist to decode the output.
+
+    Raised by a code's ``decode`` when the returned set cannot be decoded, and by a
+    coded job when the wait policy can no longer be met: every worker that could still
+    answer has failed, left or straggled past the timeout.
+    """
+
+
+class InvalidResult(ValueError):
+    """A coded task's result cannot be decoded (not numeric, NaN/inf, wrong shape)."""
