@@ -1,0 +1,21 @@
+"""dask-bacc: straggler-resistant map over chunks on Dask with coded computing."""
+
+from . import config  # registers the bacc: defaults with dask.config
+from .exceptions import InsufficientResults, InvalidResult
+from .runtime import CodedJob, FirstK, Fraction, JobReport, WaitPolicy, map_coded, submit_coded
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CodedJob",
+    "FirstK",
+    "Fraction",
+    "InsufficientResults",
+    "InvalidResult",
+    "JobReport",
+    "WaitPolicy",
+    "__version__",
+    "config",
+    "map_coded",
+    "submit_coded",
+]

@@ -1,0 +1,86 @@
+"""What every input adapter provides: K equal blocks in, an output of the same kind back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Blocks", "check_dtype", "combine_rule"]
+
+COMBINE_CHOICES = ("auto", "concat", "stack")
+
+
+def check_dtype(dtype: np.dtype, what: str = "data") -> np.dtype:
+    """Coded computing mixes blocks linearly: only real numbers (bool/int/uint/float)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise TypeError(
+            f"{what} has dtype {dtype}; coded computing needs real numeric data "
+            "(bool, integer or float), not object, complex, string or datetime"
+        )
+    return dtype
+
+
+def combine_rule(combine: str, out_shape: tuple[int, ...], block_rows: int | None) -> str:
+    """``"concat"`` or ``"stack"`` for f's per-block output shape.
+
+    ``"auto"`` concatenates along axis 0 when f keeps the rows of its block (its output's
+    first dimension equals the block's), and stacks into a new leading axis of length K
+    otherwise (f reduces a block, e.g. to a scalar or to per-column statistics).
+    """
+    if combine not in COMBINE_CHOICES:
+        raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
+    if combine != "auto":
+        if combine == "concat" and len(out_shape) == 0:
+            raise ValueError("combine='concat' needs f to return arrays with at least 1 dimension")
+        return combine
+    if block_rows is not None and len(out_shape) >= 1 and out_shape[0] == block_rows:
+        return "concat"
+    return "stack"
+
+
+class Blocks:
+    """K equal-shape blocks of the user's data.
+
+    Attributes
+    ----------
+    K : int
+        Number of blocks.
+    block_shape : tuple of int
+        Shape of every block.
+    dtype : numpy.dtype
+        Dtype of the data.
+    gather_output : bool
+        True when the output is built from decoded values on the client (NumPy input),
+        False when it is built lazily from the decoded futures (dask input).
+    """
+
+    kind = "abstract"
+    gather_output = True
+
+    def __init__(self, K: int, block_shape: tuple[int, ...], dtype: np.dtype):
+        if K < 1:
+            raise ValueError("data is empty: there are no blocks to map over")
+        if 0 in block_shape:
+            raise ValueError(f"blocks are empty (block shape {block_shape})")
+        self.K = K
+        self.block_shape = tuple(int(s) for s in block_shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def block_rows(self) -> int | None:
+        return self.block_shape[0] if self.block_shape else None
+
+    async def to_futures(self, client: Any) -> list[Any]:
+        """Futures of the K blocks on the cluster (one per block, in order)."""
+        raise NotImplementedError
+
+    def assemble(self, decoded: Sequence[Any], out_shape: tuple[int, ...], out_dtype: np.dtype,
+                 combine: str = "auto") -> Any:
+        """Build the output from the K decoded blocks (values or futures)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} K={self.K} block_shape={self.block_shape} dtype={self.dtype}>"

@@ -1,0 +1,114 @@
+"""NumPy arrays (split along axis 0) and lists of equal-shape arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import Blocks, check_dtype, combine_rule
+
+__all__ = ["ListBlocks", "NumpyBlocks", "default_n_blocks"]
+
+
+def default_n_blocks(rows: int, max_blocks: int) -> int:
+    """The largest K <= ``max_blocks`` that divides ``rows`` (so the blocks are equal)."""
+    for k in range(max(1, min(rows, max_blocks)), 0, -1):
+        if rows % k == 0:
+            return k
+    return 1
+
+
+def _check_finite(arr: np.ndarray, what: str) -> None:
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise ValueError(f"{what} contains NaN or inf; coded computing needs finite data")
+
+
+class NumpyBlocks(Blocks):
+    """A NumPy array split along axis 0 into K equal blocks; the output is NumPy too."""
+
+    kind = "numpy"
+
+    def __init__(self, data: np.ndarray, n_blocks: int | None = None, blocks: int | None = None,
+                 max_blocks: int | None = None):
+        arr = np.asarray(data)
+        check_dtype(arr.dtype)
+        if arr.ndim == 0:
+            raise ValueError("data must have at least one dimension to split into blocks")
+        rows = arr.shape[0]
+        if rows == 0 or arr.size == 0:
+            raise ValueError(f"data is empty (shape {arr.shape})")
+        K = _resolve_k(rows, n_blocks, blocks, max_blocks)
+        _check_finite(arr, "data")
+        super().__init__(K, (rows // K,) + arr.shape[1:], arr.dtype)
+        self.data = arr
+
+    def split(self) -> list[np.ndarray]:
+        b = self.block_shape[0]
+        return [self.data[j * b:(j + 1) * b] for j in range(self.K)]
+
+    async def to_futures(self, client: Any) -> list[Any]:
+        # scatter: the blocks go straight to workers, not through the scheduler's graph
+        return await client.scatter(self.split(), hash=False, asynchronous=True)
+
+    def assemble(self, decoded: Sequence[np.ndarray], out_shape: tuple[int, ...],
+                 out_dtype: np.dtype, combine: str = "auto") -> np.ndarray:
+        how = combine_rule(combine, out_shape, self.block_rows)
+        values = [np.asarray(v) for v in decoded]
+        return np.concatenate(values, axis=0) if how == "concat" else np.stack(values)
+
+
+class ListBlocks(NumpyBlocks):
+    """A list or tuple of K equal-shape arrays; the output is a list of K arrays."""
+
+    kind = "list"
+
+    def __init__(self, data: Sequence[Any]):
+        if len(data) == 0:
+            raise ValueError("data is an empty list: there are no blocks to map over")
+        arrays = [np.asarray(b) for b in data]
+        shapes = {a.shape for a in arrays}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"blocks must all have the same shape (ragged blocks cannot be mixed), got "
+                f"{sorted(shapes)}; pad or split them to one shape"
+            )
+        for j, a in enumerate(arrays):
+            check_dtype(a.dtype, f"block {j}")
+            _check_finite(a, f"block {j}")
+        dtype = np.result_type(*arrays)
+        Blocks.__init__(self, len(arrays), arrays[0].shape, dtype)
+        self.arrays = arrays
+
+    def split(self) -> list[np.ndarray]:
+        return self.arrays
+
+    def assemble(self, decoded: Sequence[np.ndarray], out_shape: tuple[int, ...],
+                 out_dtype: np.dtype, combine: str = "auto") -> list[np.ndarray]:
+        return [np.asarray(v) for v in decoded]
+
+
+def _resolve_k(rows: int, n_blocks: int | None, blocks: int | None, max_blocks: int | None) -> int:
+    for name, value in (("n_blocks", n_blocks), ("blocks", blocks)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if blocks is not None:
+        if rows % blocks:
+            raise ValueError(
+                f"blocks={blocks} rows does not divide the {rows} rows into equal blocks"
+            )
+        K = rows // blocks
+        if n_blocks is not None and n_blocks != K:
+            raise ValueError(f"n_blocks={n_blocks} and blocks={blocks} disagree for {rows} rows")
+        return K
+    if n_blocks is not None:
+        if n_blocks > rows or rows % n_blocks:
+            raise ValueError(
+                f"cannot split {rows} rows into {n_blocks} equal blocks; choose n_blocks "
+                f"that divides {rows}"
+            )
+        return int(n_blocks)
+    return default_n_blocks(rows, max_blocks or 1)

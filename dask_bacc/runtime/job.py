@@ -1,0 +1,414 @@
+"""A coded job on Dask distributed: encode, coded eval, first-k wait, decode, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from distributed import as_completed
+
+from .. import config
+from ..codes import Code
+from ..collections import Blocks
+from ..exceptions import InsufficientResults
+from .report import JobReport
+from .wait import WaitPolicy
+from .worker import (
+    InvalidInput,
+    decode_task,
+    encode_task,
+    eval_task,
+    inspect_task,
+    mark_done,
+)
+
+__all__ = ["CodedJob"]
+
+_job_seq = itertools.count()
+_running: set[asyncio.Task] = set()  # strong references to the job loops
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class CodedJob:
+    """A coded map over K blocks running on the cluster (returned by ``submit_coded``).
+
+    Use :meth:`result` to wait for the decoded output, :attr:`report` for what happened,
+    :meth:`cancel` to stop it and :meth:`done` to poll. With an asynchronous client,
+    ``await job`` (or ``await job.result()``) instead.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        code: Code,
+        blocks: Blocks,
+        func: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        policy: WaitPolicy,
+        timeout: float | None,
+        combine: str,
+        workers: list[str],
+    ):
+        self.client = client
+        self.code = code
+        self.blocks = blocks
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        self.policy = policy
+        self.timeout = timeout
+        self.combine = combine
+        self.token = uuid.uuid4().hex
+        self.seq = next(_job_seq)
+        self.report = JobReport(
+            token=self.token,
+            func=getattr(func, "__name__", type(func).__name__),
+            code=code.get_config(),
+            K=code.K,
+            N=code.N,
+            wait_target=policy.target(code),
+            workers=list(workers),
+        )
+        self._start = time.perf_counter()
+        self._evals: dict[int, Any] = {}
+        self._encodes: list[Any] = []
+        self._chunks: list[Any] = []
+        self._stage: list[Any] = []  # inspect or decode futures in flight
+        self._stage_kind: str | None = None
+        self._stage_used: list[int] = []
+        self._specs: dict[int, tuple[tuple[int, ...], str]] = {}
+        self._inspect_indices: list[int] = []
+        self._attempt = 0
+        self._output: Any = None
+        self._exception: BaseException | None = None
+        self._finished = False
+        self._done_event = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.decoded_futures: list[Any] = []
+
+    # -- user API --------------------------------------------------------------------
+    def done(self) -> bool:
+        """True once the job has decoded, failed or been cancelled."""
+        return self._finished
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The decoded output (same kind as the input); raises what made the job fail.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait; raises ``TimeoutError`` after that (the job keeps running).
+        """
+        return self.client.sync(self._result, callback_timeout=timeout)
+
+    def cancel(self) -> None:
+        """Stop the job: cancel its tasks; :meth:`result` then raises ``CancelledError``."""
+        return self.client.sync(self._cancel)
+
+    def __await__(self):
+        return self._result().__await__()
+
+    def __repr__(self) -> str:
+        status = self.report.status
+        return (
+            f"<CodedJob {self.report.code.get('name')} {self.report.func} K={self.code.K} "
+            f"N={self.code.N} status={status} token={self.token}>"
+        )
+
+    async def _result(self) -> Any:
+        await self._done_event.wait()
+        if self._exception is not None:
+            raise self._exception
+        return self._output
+
+    async def _cancel(self) -> None:
+        if self._finished:
+            return
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except BaseException:  # noqa: S110 - the loop records its own outcome
+                pass
+
+    # -- submission ---------------------------------------------------------------------
+    async def _submit(self) -> None:
+        client, tok, E = self.client, self.token, self.code.encoding_matrix()
+        self._chunks = await self.blocks.to_futures(client)
+        for i, addr in enumerate(self.report.workers):
+            nz = np.flatnonzero(E[i])
+            share = client.submit(
+                encode_task,
+                E[i, nz],
+                *[self._chunks[j] for j in nz],
+                key=(f"bacc-encode-{tok}", i),
+                workers=[addr],
+                allow_other_workers=False,
+            )
+            self._encodes.append(share)
+            self._evals[i] = client.submit(
+                eval_task,
+                tok,
+                i,
+                self.seq,
+                self.func,
+                share,
+                self.args,
+                self.kwargs,
+                key=(f"bacc-eval-{tok}", i),
+                workers=[addr],
+                allow_other_workers=False,
+            )
+        self._task = asyncio.ensure_future(self._run())
+        _running.add(self._task)
+        self._task.add_done_callback(_running.discard)
+
+    # -- the loop ------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    async def _run(self) -> None:
+        try:
+            self._output = await self._loop()
+            self.report.status = "finished"
+        except asyncio.CancelledError:
+            self._exception = concurrent.futures.CancelledError(
+                f"coded job {self.token} was cancelled"
+            )
+            self.report.status = "cancelled"
+            self.report.error = "cancelled by the user"
+        except Exception as exc:
+            self._exception = exc
+            self.report.status = "error"
+            self.report.error = _describe(exc)
+        finally:
+            await self._cleanup()
+            self._finished = True
+            self._done_event.set()
+
+    async def _loop(self) -> Any:
+        poll = float(_seconds(config.get("poll-interval", "100ms")))
+        deadline = None if self.timeout is None else self._start + self.timeout
+        pending = dict(self._evals)  # coded tasks not yet finished
+        usable: list[int] = []  # finished, valid, in arrival order
+        ac = as_completed(list(self._evals.values()), raise_errors=False)
+        index_of = {f.key: i for i, f in self._evals.items()}
+        last_check = 0.0
+        rep = self.report
+
+        while True:
+            if self._stage_kind is None:
+                trigger = None
+                if self.policy.is_met(usable, self.code):
+                    trigger = "wait"
+                elif not pending:
+                    trigger = "exhausted"
+                elif deadline is not None and time.perf_counter() >= deadline:
+                    trigger = "timeout"
+                if trigger is not None:
+                    if not usable or not self.code.can_decode(usable):
+                        raise self._insufficient(usable, pending, trigger)
+                    rep.trigger = trigger
+                    self._start_inspect(usable, ac)
+
+            wait_for = poll
+            if deadline is not None and self._stage_kind is None:
+                wait_for = max(0.0, min(poll, deadline - time.perf_counter()))
+            try:
+                fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
+            except (asyncio.TimeoutError, StopAsyncIteration):
+                fut = None
+
+            if fut is not None:
+                if fut.key in index_of:
+                    i = index_of[fut.key]
+                    if i not in pending:
+                        continue  # already written off (worker left) or unexpected repeat
+                    del pending[i]
+                    rep.arrival[i] = self._elapsed()
+                    if fut.status == "finished":
+                        usable.append(i)
+                    else:
+                        reason = await self._reason(fut)
+                        rep.failed[i] = reason
+                else:
+                    output = await self._stage_event(fut, usable, ac)
+                    if output is not _NOTHING:
+                        return output
+
+            if time.perf_counter() - last_check >= poll:
+                last_check = time.perf_counter()
+                await self._check_workers(pending, usable)
+
+    # -- stages: inspect results, then decode ----------------------------------------
+    def _start_inspect(self, usable: list[int], ac: as_completed) -> None:
+        self._attempt += 1
+        new = [i for i in usable if i not in self._specs]
+        self._stage_used = list(usable)
+        if not new:
+            self._start_decode(ac)
+            return
+        fut = self.client.submit(
+            inspect_task,
+            *[self._evals[i] for i in new],
+            key=(f"bacc-inspect-{self.token}", self._attempt),
+        )
+        self._inspect_indices = new
+        self._stage, self._stage_kind = [fut], "inspect"
+        ac.add(fut)
+
+    def _start_decode(self, ac: as_completed) -> None:
+        used = self._stage_used
+        D = self.code.decoding_matrix(used)
+        name = f"bacc-decode-{self.token}" + (f"-r{self._attempt}" if self._attempt > 1 else "")
+        futs = []
+        for j in range(self.code.K):
+            nz = np.flatnonzero(D[j])
+            futs.append(
+                self.client.submit(
+                    decode_task,
+                    D[j, nz],
+                    *[self._evals[used[col]] for col in nz],
+                    key=(name, j),
+                )
+            )
+        self._stage, self._stage_kind = futs, "decode"
+        self.report.straggled = [
+            i for i in range(self.code.N) if i not in self.report.arrival and i not in self.report.failed
+        ]
+        ac.update(futs)
+
+    async def _stage_event(self, fut: Any, usable: list[int], ac: as_completed) -> Any:
+        if not any(fut is f for f in self._stage):
+            return _NOTHING  # from an abandoned stage
+        if fut.status != "finished":
+            exc = await fut.exception(asynchronous=True) if fut.status == "error" else None
+            raise RuntimeError(f"coded job {self.token}: {self._stage_kind} task failed: "
+                               f"{_describe(exc) if exc else fut.status}") from exc
+        if self._stage_kind == "inspect":
+            specs = await self.client.gather(fut, asynchronous=True)
+            self._specs.update(zip(self._inspect_indices, specs, strict=True))
+            self._stage, self._stage_kind = [], None
+            inspected = [i for i in usable if i in self._specs]
+            expected = Counter(self._specs[i] for i in inspected).most_common(1)[0][0]
+            bad = [i for i in inspected if self._specs[i] != expected]
+            for i in bad:
+                shape, dtype = self._specs[i]
+                self.report.failed[i] = (
+                    f"InvalidResult: result shape {shape} dtype {dtype} differs from the "
+                    f"shape {expected[0]} dtype {expected[1]} of the other results"
+                )
+                usable.remove(i)
+            if bad:
+                return _NOTHING  # the loop re-checks the wait policy
+            self._start_decode(ac)
+            return _NOTHING
+        # decode stage
+        if not all(f.status == "finished" for f in self._stage):
+            return _NOTHING
+        self.report.returned = list(self._stage_used)
+        self.report.late = [i for i in usable if i not in set(self._stage_used)]
+        self.report.slowest_used = max(self.report.arrival[i] for i in self._stage_used)
+        shape, dtype = self._specs[self._stage_used[0]]
+        out_dtype = np.dtype(dtype)
+        if self.code.name not in ("repetition", "uncoded") and out_dtype.kind != "f":
+            out_dtype = np.dtype(np.float64)
+        self.decoded_futures = list(self._stage)
+        if self.blocks.gather_output:
+            values = await self.client.gather(self._stage, asynchronous=True)
+            output = self.blocks.assemble(values, shape, out_dtype, self.combine)
+            self.decoded_futures = []  # the values are on the client now
+        else:
+            output = self.blocks.assemble(self._stage, shape, out_dtype, self.combine)
+        self.report.time_to_decode = self._elapsed()
+        return output
+
+    async def _check_workers(self, pending: dict[int, Any], usable: list[int]) -> None:
+        """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
+        info = await self.client.scheduler.identity(n_workers=-1)
+        live = set(info.get("workers", {}))
+        for i in [i for i in pending if self.report.workers[i] not in live]:
+            del pending[i]
+            self.report.failed[i] = f"worker {self.report.workers[i]} left before returning"
+        lost = [i for i in usable if self.report.workers[i] not in live]
+        for i in lost:
+            usable.remove(i)
+            self.report.failed[i] = f"worker {self.report.workers[i]} left holding the result"
+        if lost and self._stage_kind is not None and set(lost) & set(self._stage_used):
+            stage, self._stage, self._stage_kind = self._stage, [], None
+            await self.client.cancel(stage, asynchronous=True)
+
+    async def _reason(self, fut: Any) -> str:
+        if fut.status == "error":
+            exc = await fut.exception(asynchronous=True)
+            if isinstance(exc, InvalidInput):
+                raise ValueError(str(exc)) from exc
+            return _describe(exc)
+        return f"task {fut.status}"
+
+    def _insufficient(self, usable: list[int], pending: dict[int, Any], trigger: str) -> Exception:
+        rep, need = self.report, self.policy.target(self.code)
+        reasons = Counter(r.split(":")[0] for r in rep.failed.values())
+        why = [f"{n} x {r}" for r, n in reasons.most_common()]
+        if pending:
+            why.append(f"{len(pending)} still running at the timeout of {self.timeout}s")
+        return InsufficientResults(
+            f"coded job {self.token}: {len(usable)} usable result(s) of N={self.code.N} "
+            f"arrived, {type(self.code).__name__} needs {need} (at least "
+            f"{self.code.min_results} and a decodable set); missing: "
+            + ("; ".join(why) or "none")
+            + f" [{trigger}]"
+        )
+
+    async def _cleanup(self) -> None:
+        """Tell workers the job is over, cancel stragglers, release every reference."""
+        pending = [f for f in self._evals.values() if f.status == "pending"]
+        self.report.cancelled = len(pending)
+        client = self.client
+        workers = sorted(set(self.report.workers))
+        cancel = list(pending) + [f for f in self._stage if f.status == "pending"]
+        if self.report.status != "finished":
+            cancel += [f for f in self.decoded_futures if f.status == "pending"]
+
+        async def broadcast() -> None:
+            try:
+                await asyncio.wait_for(
+                    client.run(mark_done, self.token, workers=workers, on_error="ignore",
+                               asynchronous=True),
+                    timeout=5,
+                )
+            except Exception:  # noqa: S110 - best effort: the eval wrapper also checks
+                pass
+
+        jobs = [broadcast()]
+        if cancel:
+            jobs.append(client.cancel(cancel, asynchronous=True, reason="bacc: not needed"))
+        await asyncio.gather(*jobs, return_exceptions=True)
+        self._evals.clear()
+        self._encodes.clear()
+        self._chunks.clear()
+        self._stage = []
+
+
+class _Nothing:
+    pass
+
+
+_NOTHING = _Nothing()
+
+
+def _seconds(value: Any) -> float:
+    from dask.utils import parse_timedelta
+
+    return parse_timedelta(value, default="s")

@@ -1,0 +1,85 @@
+"""Where the coded tasks run: one per distinct worker, spread over hosts."""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+
+__all__ = ["choose_workers"]
+
+
+def _host(addr: str, info: Mapping[str, Any]) -> str:
+    host = info.get("host")
+    if host:
+        return str(host)
+    # "tcp://10.0.0.1:1234" -> "10.0.0.1"
+    return addr.split("://", 1)[-1].rsplit(":", 1)[0]
+
+
+def choose_workers(
+    workers: Mapping[str, Mapping[str, Any]],
+    n: int,
+    *,
+    spread_hosts: bool = True,
+    oversubscribe: str = "raise",
+    what: str = "coded tasks",
+) -> list[str]:
+    """Pick a worker address for each of ``n`` coded tasks.
+
+    Workers are ordered least-busy first (tasks executing plus ready), and with
+    ``spread_hosts`` the order deals one worker per host in turn, so the first picks land
+    on distinct machines: stragglers on one machine are correlated.
+
+    Parameters
+    ----------
+    workers : mapping
+        ``scheduler.identity()["workers"]``: address -> worker info.
+    n : int
+        Number of coded tasks.
+    spread_hosts : bool
+        Interleave hosts (``bacc.spread-hosts``).
+    oversubscribe : {"raise", "warn"}
+        With fewer workers than tasks: raise ``ValueError``, or warn and place tasks
+        round-robin (``bacc.oversubscribe``).
+    """
+    running = {
+        a: info for a, info in workers.items() if info.get("status", "running") == "running"
+    }
+    if not running:
+        raise ValueError("the cluster has no running workers to place coded tasks on")
+    if n > len(running):
+        msg = (
+            f"{n} {what} need {n} distinct workers but the cluster has {len(running)}; "
+            f"pass a smaller n_coded, add workers, or set bacc.oversubscribe to 'warn'"
+        )
+        if oversubscribe != "warn":
+            raise ValueError(msg)
+        warnings.warn(
+            f"{n} {what} on {len(running)} workers: several tasks share a worker, so "
+            "their stragglers are correlated",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+    def load(addr: str) -> tuple[int, str]:
+        # task counts from the worker's last heartbeat: a worker still running cancelled
+        # stragglers of an earlier job goes last
+        counts = running[addr].get("metrics", {}).get("task_counts", {})
+        busy = sum(int(counts.get(state, 0)) for state in ("executing", "ready", "waiting"))
+        return busy, addr
+
+    ordered = sorted(running, key=load)
+    if spread_hosts:
+        by_host: dict[str, list[str]] = defaultdict(list)
+        for addr in ordered:
+            by_host[_host(addr, running[addr])].append(addr)
+        queues = list(by_host.values())
+        ordered = []
+        while any(queues):
+            for q in queues:
+                if q:
+                    ordered.append(q.pop(0))
+    return [ordered[i % len(ordered)] for i in range(n)]

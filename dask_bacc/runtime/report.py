@@ -1,0 +1,100 @@
+"""What happened in a coded job, for users, tests, benchmarks and the dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["JobReport"]
+
+
+@dataclass
+class JobReport:
+    """The record of one coded job (``CodedJob.report``).
+
+    Times are seconds since the job was submitted. Coded task indices run over ``range(N)``.
+
+    Attributes
+    ----------
+    token : str
+        Hex token in the job's task keys (``bacc-eval-<token>`` ...).
+    func : str
+        Name of the mapped function.
+    code : dict
+        ``code.get_config()``: name, K, N and options.
+    K, N : int
+        Data blocks and coded tasks.
+    wait_target : int
+        Usable results the wait policy asked for.
+    workers : list of str
+        Worker address of each coded task.
+    returned : list of int
+        Coded tasks whose results were decoded, in arrival order.
+    straggled : list of int
+        Coded tasks still running or queued at decode time (then cancelled).
+    late : list of int
+        Coded tasks that finished after the decode had started (not used).
+    failed : dict of int to str
+        Coded tasks that failed, with the reason (exception, NaN/inf, wrong shape, worker left).
+    cancelled : int
+        Straggling eval tasks cancelled after decoding.
+    arrival : dict of int to float
+        When each finished result arrived.
+    trigger : str or None
+        What started the decode: ``"wait"`` (policy met), ``"timeout"`` or ``"exhausted"``
+        (no more results can arrive, decoding from what did).
+    time_to_decode : float or None
+        Until the decoded blocks were available.
+    slowest_used : float or None
+        Arrival time of the last result used.
+    status : str
+        ``"running"``, ``"finished"``, ``"error"`` or ``"cancelled"``.
+    error : str or None
+        Why the job failed.
+    """
+
+    token: str
+    func: str
+    code: dict[str, Any]
+    K: int
+    N: int
+    wait_target: int
+    workers: list[str] = field(default_factory=list)
+    returned: list[int] = field(default_factory=list)
+    straggled: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    cancelled: int = 0
+    arrival: dict[int, float] = field(default_factory=dict)
+    trigger: str | None = None
+    time_to_decode: float | None = None
+    slowest_used: float | None = None
+    status: str = "running"
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable copy."""
+        out = asdict(self)
+        out["failed"] = {str(k): v for k, v in self.failed.items()}
+        out["arrival"] = {str(k): v for k, v in self.arrival.items()}
+        return out
+
+    def __repr__(self) -> str:
+        def t(x: float | None) -> str:
+            return "-" if x is None else f"{x:.3f}s"
+
+        lines = [
+            f"<JobReport {self.code.get('name', '?')} {self.func} token={self.token} "
+            f"status={self.status}>",
+            f"  K={self.K} N={self.N} wait for {self.wait_target}, decoded on "
+            f"{self.trigger or '-'} from {len(self.returned)} results",
+            f"  time to decode {t(self.time_to_decode)}, slowest result used "
+            f"{t(self.slowest_used)}",
+            f"  straggled {len(self.straggled)} (cancelled {self.cancelled}), late "
+            f"{len(self.late)}, failed {len(self.failed)}",
+        ]
+        for i, reason in sorted(self.failed.items()):
+            lines.append(f"    task {i} on {self.workers[i] if i < len(self.workers) else '?'}: {reason}")
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        return "\n".join(lines)

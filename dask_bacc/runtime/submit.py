@@ -1,0 +1,221 @@
+"""``submit_coded`` and ``map_coded``: validate, place, submit and (optionally) wait."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from distributed import default_client
+
+from .. import config
+from ..codes import Code, LagrangeCode, get_code
+from ..collections import adapt
+from .job import CodedJob
+from .placement import choose_workers
+from .wait import WaitPolicy, resolve_wait
+
+__all__ = ["map_coded", "submit_coded"]
+
+
+def default_n_coded(code_name: str, K: int, n_workers: int, options: dict[str, Any]) -> int:
+    """N when the user gives none: ``ceil(bacc.redundancy * K)`` capped by the workers.
+
+    Lagrange gets its recovery threshold ``degree*(K-1)+1`` plus the same number of spare
+    tasks, ``ceil(redundancy*K) - K``; uncoded runs N = K.
+    """
+    redundancy = float(config.get("redundancy", 2.0))
+    if redundancy < 1:
+        raise ValueError(f"bacc.redundancy must be >= 1, got {redundancy}")
+    spare = max(1, math.ceil(redundancy * K) - K)
+    if code_name == "uncoded":
+        return K
+    if code_name == "lagrange":
+        threshold = int(options.get("degree", 1)) * (K - 1) + 1
+        return max(threshold, min(threshold + spare, n_workers))
+    return max(K + 1, min(K + spare, n_workers))
+
+
+def _check_common(func: Any, code: Any, n_coded: Any, timeout: Any, code_options: Any) -> None:
+    if not callable(func):
+        raise TypeError(f"func must be callable, got {type(func).__name__}")
+    if not isinstance(code, (str, Code)):
+        raise TypeError(f"code must be a code name or a Code instance, got {type(code).__name__}")
+    if n_coded is not None:
+        if isinstance(n_coded, bool) or not isinstance(n_coded, numbers.Integral):
+            raise TypeError(f"n_coded must be an integer, got {type(n_coded).__name__}")
+        if isinstance(code, Code):
+            raise ValueError("give n_coded or a Code instance, not both (the code fixes N)")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+            raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+    if code_options is not None and not isinstance(code_options, dict):
+        raise TypeError("code_options must be a dict")
+
+
+def _build_code(code: str | Code, K: int, n_coded: int | None, n_workers: int,
+                options: dict[str, Any]) -> Code:
+    if isinstance(code, Code):
+        if code.K != K:
+            raise ValueError(f"the code is for K={code.K} blocks but the data has K={K}")
+        return code
+    name = code.lower().replace("_", "-")
+    if name == "systematic-berrut":
+        name, options = "berrut", {"systematic": True, **options}
+    if n_coded is None:
+        n_coded = default_n_coded(name, K, n_workers, options)
+    elif name != "uncoded" and n_coded <= K:
+        raise ValueError(
+            f"n_coded={n_coded} must exceed the K={K} data blocks (coded computing adds "
+            "redundancy); use code='uncoded' to run exactly K tasks"
+        )
+    return get_code(name, K, n_coded, **options)
+
+
+async def _submit(client: Any, func: Callable[..., Any], data: Any, args: tuple, kwargs: dict,
+                  code: str | Code, n_coded: int | None, wait: Any, timeout: float | None,
+                  n_blocks: int | None, blocks: int | None, combine: str,
+                  code_options: dict[str, Any]) -> CodedJob:
+    info = await client.scheduler.identity(n_workers=-1)
+    workers = info.get("workers", {})
+    n_workers = sum(1 for w in workers.values() if w.get("status", "running") == "running")
+    redundancy = float(config.get("redundancy", 2.0))
+    data_blocks = adapt(data, n_blocks=n_blocks, blocks=blocks,
+                        max_blocks=max(1, int(n_workers / max(redundancy, 1.0))))
+    coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
+    policy = resolve_wait(wait, coder)
+    placement = choose_workers(
+        workers,
+        coder.N,
+        spread_hosts=bool(config.get("spread-hosts", True)),
+        oversubscribe=str(config.get("oversubscribe", "raise")),
+    )
+    if timeout is None:
+        timeout = config.get("timeout", None)
+    job = CodedJob(client, coder, data_blocks, func, args, kwargs, policy,
+                   None if timeout is None else float(timeout), combine, placement)
+    await job._submit()
+    return job
+
+
+def submit_coded(
+    func: Callable[..., Any],
+    data: Any,
+    *args: Any,
+    code: str | Code | None = None,
+    n_coded: int | None = None,
+    wait: int | float | WaitPolicy | None = None,
+    timeout: float | None = None,
+    client: Any = None,
+    n_blocks: int | None = None,
+    blocks: int | None = None,
+    combine: str = "auto",
+    code_options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> CodedJob:
+    """Start a coded map of ``func`` over the blocks of ``data``; return at once.
+
+    Parameters are those of :func:`map_coded`. Returns a :class:`CodedJob` (with an
+    asynchronous client, an awaitable that gives one).
+    """
+    if code is None:
+        code = config.get("code", "berrut")
+    _check_common(func, code, n_coded, timeout, code_options)
+    if isinstance(combine, str) is False or combine not in ("auto", "concat", "stack"):
+        raise ValueError(f"combine must be 'auto', 'concat' or 'stack', got {combine!r}")
+    client = client if client is not None else default_client()
+    return client.sync(
+        _submit, client, func, data, args, kwargs, code, n_coded, wait, timeout,
+        n_blocks, blocks, combine, dict(code_options or {}),
+    )
+
+
+def map_coded(
+    func: Callable[..., Any],
+    data: Any,
+    *args: Any,
+    code: str | Code | None = None,
+    n_coded: int | None = None,
+    wait: int | float | WaitPolicy | None = None,
+    timeout: float | None = None,
+    client: Any = None,
+    n_blocks: int | None = None,
+    blocks: int | None = None,
+    combine: str = "auto",
+    code_options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Map ``func`` over the blocks of ``data`` with coded computing; return the decoded output.
+
+    The K blocks are encoded into N > K coded blocks, ``func`` runs on each coded block on
+    its own worker, and as soon as the wait policy is met the K outputs are decoded on the
+    cluster and the remaining (straggling) coded tasks are cancelled.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(block, *args, **kwargs)`` returning a real numeric array (or scalar) whose
+        shape does not depend on the values in the block.
+    data : numpy.ndarray, list/tuple of arrays, or dask.array.Array
+        NumPy arrays are split along axis 0 into K equal blocks (see ``n_blocks``/``blocks``);
+        a list holds the K blocks; a dask array's chunks along axis 0 are the blocks (other
+        axes are rechunked to one chunk; axis-0 chunks must be equal).
+    *args, **kwargs
+        Passed unchanged to every call of ``func`` (e.g. model weights).
+    code : str or Code, default ``bacc.code`` ("berrut")
+        ``"berrut"``, ``"systematic-berrut"``, ``"lagrange"`` (give
+        ``code_options={"degree": d}``), ``"repetition"``, ``"uncoded"``, or a Code instance.
+    n_coded : int, optional
+        N, the number of coded tasks; default ``ceil(bacc.redundancy * K)`` (2K), capped by
+        the number of workers and at least K+1.
+    wait : int, float or WaitPolicy, optional
+        Decode after the first ``wait`` results (int), after ``ceil(wait * N)`` (float in
+        (0, 1]), or per a policy. Default: Berrut ``bacc.wait.berrut`` (0.75 of N); exact
+        codes their recovery threshold.
+    timeout : float, optional
+        Seconds after which the job decodes from whatever arrived (``bacc.timeout``).
+    client : distributed.Client, optional
+        Defaults to the current client.
+    n_blocks, blocks : int, optional
+        NumPy input only: the number of blocks K, or the rows per block. Default: the largest
+        K up to ``workers / redundancy`` that divides the rows.
+    combine : {"auto", "concat", "stack"}
+        How the K decoded outputs form the result: ``"auto"`` concatenates along axis 0 when
+        f keeps a block's rows (output first dimension == block rows) and stacks otherwise.
+    code_options : dict, optional
+        Options for the code, e.g. ``{"systematic": True}`` or ``{"degree": 2}``.
+
+    Returns
+    -------
+    Same kind as ``data``: NumPy array, list of arrays, or dask array (backed by the
+    decoded futures).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad input, raised before anything is submitted.
+    dask_bacc.InsufficientResults
+        Too few usable results arrived to decode (all workers failed or left, or the
+        timeout passed first).
+
+    Notes
+    -----
+    The report of the job is available through :func:`submit_coded`:
+    ``job = submit_coded(...); job.result(); job.report``.
+    """
+    client = client if client is not None else default_client()
+    job_or_coro = submit_coded(
+        func, data, *args, code=code, n_coded=n_coded, wait=wait, timeout=timeout,
+        client=client, n_blocks=n_blocks, blocks=blocks, combine=combine,
+        code_options=code_options, **kwargs,
+    )
+    if client.asynchronous:
+        async def run() -> Any:
+            job = await job_or_coro
+            return await job._result()
+
+        return run()
+    return job_or_coro.result()

@@ -1,0 +1,110 @@
+"""Wait policies: when a coded job has enough results to decode."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from .. import config
+from ..codes import Code
+
+__all__ = ["FirstK", "Fraction", "WaitPolicy", "resolve_wait"]
+
+
+class WaitPolicy:
+    """Decide when to decode. Subclasses give the number of usable results to wait for.
+
+    Decoding also requires the returned set to be decodable by the code (an exact code needs
+    its recovery threshold; repetition needs a copy of every block), and a job whose wait
+    target can no longer be reached (too many failures) decodes from everything that
+    arrived, if that is decodable.
+    """
+
+    def target(self, code: Code) -> int:
+        """Usable results to wait for with this code (clipped to ``[min_results, N]``)."""
+        raise NotImplementedError
+
+    def is_met(self, returned: Collection[int], code: Code) -> bool:
+        """Whether the results in ``returned`` are enough to decode now."""
+        return len(returned) >= self.target(code) and code.can_decode(list(returned))
+
+    def validate(self, code: Code) -> None:
+        """Raise ``ValueError`` if the code can never decode from what this policy waits for."""
+
+
+@dataclass(frozen=True)
+class FirstK(WaitPolicy):
+    """Decode after the first ``k`` usable results."""
+
+    k: int
+
+    def __post_init__(self):
+        if isinstance(self.k, bool) or not isinstance(self.k, numbers.Integral):
+            raise TypeError(f"wait count must be an integer, got {self.k!r}")
+        if self.k < 1:
+            raise ValueError(f"wait must be >= 1 result, got {self.k}")
+
+    def target(self, code: Code) -> int:
+        return int(self.k)
+
+    def validate(self, code: Code) -> None:
+        if self.k > code.N:
+            raise ValueError(f"wait={self.k} exceeds the number of coded tasks N={code.N}")
+        if self.k < code.min_results:
+            raise ValueError(
+                f"{type(code).__name__} cannot decode from {self.k} results: it needs at "
+                f"least {code.min_results}; pass wait >= {code.min_results}"
+            )
+
+
+@dataclass(frozen=True)
+class Fraction(WaitPolicy):
+    """Decode after ``ceil(fraction * N)`` usable results (at least the code's minimum)."""
+
+    fraction: float
+
+    def __post_init__(self):
+        if isinstance(self.fraction, bool) or not isinstance(self.fraction, numbers.Real):
+            raise TypeError(f"wait fraction must be a float, got {self.fraction!r}")
+        if not 0 < self.fraction <= 1:
+            raise ValueError(f"wait fraction must lie in (0, 1], got {self.fraction}")
+
+    def target(self, code: Code) -> int:
+        return max(1, math.ceil(self.fraction * code.N - 1e-9))
+
+    def validate(self, code: Code) -> None:
+        if self.target(code) < code.min_results:
+            raise ValueError(
+                f"wait={self.fraction} means {self.target(code)} of N={code.N} results, but "
+                f"{type(code).__name__} needs at least {code.min_results}"
+            )
+
+
+def resolve_wait(wait: int | float | WaitPolicy | None, code: Code) -> WaitPolicy:
+    """Turn the user's ``wait=`` into a policy and check that ``code`` can decode from it.
+
+    Defaults: the Berrut code waits for ``bacc.wait.berrut`` (a fraction of N, 0.75 out of
+    the box); exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``;
+    repetition: a copy of every block; uncoded: all K).
+    """
+    if wait is None:
+        if code.exact:
+            policy: WaitPolicy = FirstK(code.min_results)
+        else:
+            policy = Fraction(float(config.get(f"wait.{code.name}", 1.0)))
+    elif isinstance(wait, WaitPolicy):
+        policy = wait
+    elif isinstance(wait, bool):
+        raise TypeError("wait must be an int, a float in (0, 1] or a WaitPolicy, not a bool")
+    elif isinstance(wait, numbers.Integral):
+        policy = FirstK(int(wait))
+    elif isinstance(wait, numbers.Real):
+        policy = Fraction(float(wait))
+    else:
+        raise TypeError(
+            f"wait must be an int, a float in (0, 1] or a WaitPolicy, got {type(wait).__name__}"
+        )
+    policy.validate(code)
+    return policy

@@ -1,0 +1,152 @@
+"""Functions that run on the workers: encode, coded eval, inspect and decode tasks.
+
+Kept free of client-side state so they pickle by reference; dask-bacc must be installed
+on the workers. The registry of finished jobs is per worker process: ``mark_done`` is
+broadcast with ``Client.run`` when a job decodes or is cancelled, and eval tasks that start
+afterwards return at once; injected straggler delays wait on the same event, so they end
+as soon as the job no longer needs them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import InvalidResult
+
+__all__ = [
+    "InvalidInput",
+    "decode_task",
+    "encode_task",
+    "eval_task",
+    "inspect_task",
+    "is_done",
+    "mark_done",
+    "wait_done",
+]
+
+STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
+
+_lock = threading.Lock()
+_done: OrderedDict[str, threading.Event] = OrderedDict()
+_MAX_TOKENS = 4096
+
+
+class InvalidInput(ValueError):
+    """The input chunks cannot be encoded (NaN/inf or non-numeric data found on a worker)."""
+
+
+def _event(token: str) -> threading.Event:
+    with _lock:
+        ev = _done.get(token)
+        if ev is None:
+            ev = _done[token] = threading.Event()
+            while len(_done) > _MAX_TOKENS:
+                _done.popitem(last=False)
+        return ev
+
+
+def mark_done(token: str) -> None:
+    """Record on this worker that job ``token`` needs no more coded results."""
+    _event(token).set()
+
+
+def is_done(token: str) -> bool:
+    """Whether job ``token`` has decoded or been cancelled (as far as this worker knows)."""
+    with _lock:
+        ev = _done.get(token)
+    return ev is not None and ev.is_set()
+
+
+def wait_done(token: str, timeout: float) -> bool:
+    """Sleep up to ``timeout`` seconds, waking early when job ``token`` is done."""
+    if timeout <= 0:
+        return is_done(token)
+    return _event(token).wait(timeout)
+
+
+def encode_task(weights: np.ndarray, *chunks: np.ndarray) -> np.ndarray:
+    """One coded share: ``sum_j weights[j] * chunks[j]`` (only nonzero weights are passed)."""
+    if len(chunks) == 1 and weights[0] == 1.0:
+        share = np.asarray(chunks[0])  # a copy of X_j: keep its dtype, no arithmetic
+    else:
+        stacked = np.stack([np.asarray(c) for c in chunks])
+        dtype = stacked.dtype if stacked.dtype.kind == "f" else np.dtype(np.float64)
+        share = np.tensordot(weights.astype(dtype), stacked.astype(dtype, copy=False), axes=1)
+    if share.dtype.kind not in "biuf":
+        raise InvalidInput(f"input chunks must be real numeric, got dtype {share.dtype}")
+    if share.dtype.kind == "f" and not np.isfinite(share).all():
+        raise InvalidInput("input chunks contain NaN or inf; coded computing needs finite data")
+    return share
+
+
+def eval_task(
+    token: str,
+    index: int,
+    seq: int,
+    func: Callable[..., Any],
+    share: np.ndarray,
+    args: tuple,
+    kwargs: dict,
+) -> np.ndarray | None:
+    """Evaluate ``func`` on one coded share and check that the result can be decoded.
+
+    Returns ``None`` without calling ``func`` when the job already decoded. A straggler
+    plugin (see :mod:`dask_bacc.stragglers`) may add a delay, which ends early when the job
+    is done.
+    """
+    if is_done(token):
+        return None
+    start = time.perf_counter()
+    out = func(share, *args, **kwargs)
+    elapsed = time.perf_counter() - start
+    delay = _injected_delay(index, seq, elapsed)
+    if delay > 0:
+        wait_done(token, delay)
+    return check_result(out)
+
+
+def _injected_delay(index: int, seq: int, elapsed: float) -> float:
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except ValueError:  # not on a worker (e.g. a test calling the task directly)
+        return 0.0
+    plugin = worker.plugins.get(STRAGGLER_PLUGIN_NAME)
+    if plugin is None:
+        return 0.0
+    return float(plugin.delay(index=index, seq=seq, elapsed=elapsed, worker_name=str(worker.name)))
+
+
+def check_result(out: Any) -> np.ndarray:
+    """A result is decodable when it is a real numeric array with finite entries."""
+    try:
+        arr = np.asarray(out)
+    except Exception as exc:  # e.g. ragged lists
+        raise InvalidResult(f"result of type {type(out).__name__} is not an array: {exc}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise InvalidResult(f"result has dtype {arr.dtype}; coded results must be real numeric")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise InvalidResult(f"result contains {bad} NaN/inf value(s)")
+    return arr
+
+
+def inspect_task(*results: np.ndarray) -> list[tuple[tuple[int, ...], str]]:
+    """Shape and dtype of each result, so the client can drop inconsistent ones."""
+    return [(tuple(np.shape(r)), np.asarray(r).dtype.str) for r in results]
+
+
+def decode_task(weights: np.ndarray, *results: np.ndarray) -> np.ndarray:
+    """One decoded block: ``sum_l weights[l] * results[l]`` (only nonzero weights passed)."""
+    if len(results) == 1 and weights[0] == 1.0:
+        return np.asarray(results[0])  # exact copy (repetition, coincident points)
+    stacked = np.stack([np.asarray(r) for r in results])
+    dtype = stacked.dtype if stacked.dtype.kind == "f" else np.dtype(np.float64)
+    return np.tensordot(weights.astype(dtype), stacked.astype(dtype, copy=False), axes=1)
