@@ -16,7 +16,9 @@ def as_returned(returned: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     """Validate a set of returned worker indices: integers in ``[0, n)``, no repeats."""
     idx = np.asarray(returned)
     if idx.ndim != 1:
-        raise ValueError(f"returned must be a 1-d sequence of worker indices, got shape {idx.shape}")
+        raise ValueError(
+            f"returned must be a 1-d sequence of worker indices, got shape {idx.shape}"
+        )
     if idx.size == 0:
         raise InsufficientResults("no results were returned: nothing to decode from")
     if idx.dtype.kind not in "iu":
@@ -90,7 +92,9 @@ class Code:
         blocks = self._stack(blocks, self.K, "blocks")
         return _contract(self.encoding_matrix(), blocks)
 
-    def decode(self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]) -> np.ndarray:
+    def decode(
+        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]
+    ) -> np.ndarray:
         """Decode K output blocks from ``results[l]``, the result of worker ``returned[l]``."""
         idx = as_returned(returned, self.N)
         results = self._stack(results, idx.size, "results")
@@ -143,4 +147,4 @@ def _contract(matrix: np.ndarray, blocks: np.ndarray) -> np.ndarray:
     dtype = blocks.dtype if blocks.dtype.kind == "f" else np.dtype(np.float64)
     flat = blocks.reshape(blocks.shape[0], -1).astype(dtype, copy=False)
     out = matrix.astype(dtype, copy=False) @ flat
-    return out.reshape((matrix.shape[0],) + blocks.shape[1:])
+    return out.reshape((matrix.shape[0], *blocks.shape[1:]))

@@ -54,7 +54,7 @@ def systematic_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     edges = np.concatenate([[1.0], alpha, [-1.0]])  # gap g lies between edges[g], edges[g+1]
     counts = np.zeros(k + 1, dtype=int)
     interior = sorted(range(1, k), key=lambda g: (abs(g - k / 2), g))
-    order = interior + [0, k] if k > 1 else [0, k]
+    order = [*interior, 0, k] if k > 1 else [0, k]
     for extra in range(n - k):
         counts[order[extra % len(order)]] += 1
     points: list[float] = []

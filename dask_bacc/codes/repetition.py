@@ -72,7 +72,9 @@ class RepetitionCode(Code):
         blocks = self._stack(blocks, self.K, "blocks")
         return np.take(blocks, np.arange(self.N) % self.K, axis=0)
 
-    def decode(self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]) -> np.ndarray:
+    def decode(
+        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]
+    ) -> np.ndarray:
         source = self._sources(returned)
         results = self._stack(results, len(returned), "results")
         return np.take(results, source, axis=0)
@@ -86,7 +88,9 @@ class Uncoded(RepetitionCode):
     def __init__(self, K: int, N: int | None = None):
         super().__init__(K, K if N is None else N)
         if self.N != self.K:
-            raise ValueError(f"uncoded computing runs exactly N = K tasks, got K={self.K}, N={self.N}")
+            raise ValueError(
+                f"uncoded computing runs exactly N = K tasks, got K={self.K}, N={self.N}"
+            )
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "K": self.K}

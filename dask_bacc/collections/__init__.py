@@ -12,8 +12,13 @@ from .numpy import ListBlocks, NumpyBlocks
 __all__ = ["Blocks", "adapt", "check_dtype", "combine_rule"]
 
 
-def adapt(data: Any, *, n_blocks: int | None = None, blocks: int | None = None,
-          max_blocks: int | None = None) -> Blocks:
+def adapt(
+    data: Any,
+    *,
+    n_blocks: int | None = None,
+    blocks: int | None = None,
+    max_blocks: int | None = None,
+) -> Blocks:
     """Wrap ``data`` as K blocks; raises ``TypeError``/``ValueError`` for unusable input.
 
     Parameters

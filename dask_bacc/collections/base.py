@@ -77,10 +77,17 @@ class Blocks:
         """Futures of the K blocks on the cluster (one per block, in order)."""
         raise NotImplementedError
 
-    def assemble(self, decoded: Sequence[Any], out_shape: tuple[int, ...], out_dtype: np.dtype,
-                 combine: str = "auto") -> Any:
+    def assemble(
+        self,
+        decoded: Sequence[Any],
+        out_shape: tuple[int, ...],
+        out_dtype: np.dtype,
+        combine: str = "auto",
+    ) -> Any:
         """Build the output from the K decoded blocks (values or futures)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} K={self.K} block_shape={self.block_shape} dtype={self.dtype}>"
+        return (
+            f"<{type(self).__name__} K={self.K} block_shape={self.block_shape} dtype={self.dtype}>"
+        )

@@ -41,15 +41,20 @@ class DaskArrayBlocks(Blocks):
             )
         if any(len(c) > 1 for c in data.chunks[1:]):
             data = data.rechunk({i: -1 for i in range(1, data.ndim)})
-        super().__init__(len(rows), (rows[0],) + data.shape[1:], data.dtype)
+        super().__init__(len(rows), (rows[0], *data.shape[1:]), data.dtype)
         self.data = data
 
     async def to_futures(self, client: Any) -> list[Any]:
         delayed = self.data.to_delayed().ravel().tolist()
         return client.compute(delayed)
 
-    def assemble(self, decoded: Sequence[Any], out_shape: tuple[int, ...], out_dtype: np.dtype,
-                 combine: str = "auto") -> da.Array:
+    def assemble(
+        self,
+        decoded: Sequence[Any],
+        out_shape: tuple[int, ...],
+        out_dtype: np.dtype,
+        combine: str = "auto",
+    ) -> da.Array:
         how = combine_rule(combine, out_shape, self.block_rows)
         parts = [da.from_delayed(f, shape=out_shape, dtype=out_dtype) for f in decoded]
         return da.concatenate(parts, axis=0) if how == "concat" else da.stack(parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,8 +31,13 @@ class NumpyBlocks(Blocks):
 
     kind = "numpy"
 
-    def __init__(self, data: np.ndarray, n_blocks: int | None = None, blocks: int | None = None,
-                 max_blocks: int | None = None):
+    def __init__(
+        self,
+        data: np.ndarray,
+        n_blocks: int | None = None,
+        blocks: int | None = None,
+        max_blocks: int | None = None,
+    ):
         arr = np.asarray(data)
         check_dtype(arr.dtype)
         if arr.ndim == 0:
@@ -41,19 +47,28 @@ class NumpyBlocks(Blocks):
             raise ValueError(f"data is empty (shape {arr.shape})")
         K = _resolve_k(rows, n_blocks, blocks, max_blocks)
         _check_finite(arr, "data")
-        super().__init__(K, (rows // K,) + arr.shape[1:], arr.dtype)
+        super().__init__(K, (rows // K, *arr.shape[1:]), arr.dtype)
         self.data = arr
 
     def split(self) -> list[np.ndarray]:
         b = self.block_shape[0]
-        return [self.data[j * b:(j + 1) * b] for j in range(self.K)]
+        return [self.data[j * b : (j + 1) * b] for j in range(self.K)]
 
     async def to_futures(self, client: Any) -> list[Any]:
-        # scatter: the blocks go straight to workers, not through the scheduler's graph
-        return await client.scatter(self.split(), hash=False, asynchronous=True)
+        # Tasks, not scatter: the scheduler keeps each block in its task spec, so a block
+        # lost with its worker is recomputed elsewhere (scattered data would be gone).
+        name = f"bacc-chunk-{uuid.uuid4().hex}"
+        return [
+            client.submit(np.asarray, block, key=(name, j)) for j, block in enumerate(self.split())
+        ]
 
-    def assemble(self, decoded: Sequence[np.ndarray], out_shape: tuple[int, ...],
-                 out_dtype: np.dtype, combine: str = "auto") -> np.ndarray:
+    def assemble(
+        self,
+        decoded: Sequence[np.ndarray],
+        out_shape: tuple[int, ...],
+        out_dtype: np.dtype,
+        combine: str = "auto",
+    ) -> np.ndarray:
         how = combine_rule(combine, out_shape, self.block_rows)
         values = [np.asarray(v) for v in decoded]
         return np.concatenate(values, axis=0) if how == "concat" else np.stack(values)
@@ -84,14 +99,21 @@ class ListBlocks(NumpyBlocks):
     def split(self) -> list[np.ndarray]:
         return self.arrays
 
-    def assemble(self, decoded: Sequence[np.ndarray], out_shape: tuple[int, ...],
-                 out_dtype: np.dtype, combine: str = "auto") -> list[np.ndarray]:
+    def assemble(
+        self,
+        decoded: Sequence[np.ndarray],
+        out_shape: tuple[int, ...],
+        out_dtype: np.dtype,
+        combine: str = "auto",
+    ) -> list[np.ndarray]:
         return [np.asarray(v) for v in decoded]
 
 
 def _resolve_k(rows: int, n_blocks: int | None, blocks: int | None, max_blocks: int | None) -> int:
     for name, value in (("n_blocks", n_blocks), ("blocks", blocks)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer))
+        ):
             raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import re
 import time
 import uuid
 from collections import Counter
@@ -133,14 +134,16 @@ class CodedJob:
         return self._output
 
     async def _cancel(self) -> None:
-        if self._finished:
+        if self._finished or self._task is None:
             return
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except BaseException:  # noqa: S110 - the loop records its own outcome
-                pass
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        if not self._finished:  # cancelled before the loop took its first step
+            self._set_cancelled()
+            await self._finish()
 
     # -- submission ---------------------------------------------------------------------
     async def _submit(self) -> None:
@@ -183,19 +186,23 @@ class CodedJob:
             self._output = await self._loop()
             self.report.status = "finished"
         except asyncio.CancelledError:
-            self._exception = concurrent.futures.CancelledError(
-                f"coded job {self.token} was cancelled"
-            )
-            self.report.status = "cancelled"
-            self.report.error = "cancelled by the user"
+            self._set_cancelled()
         except Exception as exc:
             self._exception = exc
             self.report.status = "error"
             self.report.error = _describe(exc)
         finally:
-            await self._cleanup()
-            self._finished = True
-            self._done_event.set()
+            await self._finish()
+
+    def _set_cancelled(self) -> None:
+        self._exception = concurrent.futures.CancelledError(f"coded job {self.token} was cancelled")
+        self.report.status = "cancelled"
+        self.report.error = "cancelled by the user"
+
+    async def _finish(self) -> None:
+        await self._cleanup()
+        self._finished = True
+        self._done_event.set()
 
     async def _loop(self) -> Any:
         poll = float(_seconds(config.get("poll-interval", "100ms")))
@@ -285,7 +292,9 @@ class CodedJob:
             )
         self._stage, self._stage_kind = futs, "decode"
         self.report.straggled = [
-            i for i in range(self.code.N) if i not in self.report.arrival and i not in self.report.failed
+            i
+            for i in range(self.code.N)
+            if i not in self.report.arrival and i not in self.report.failed
         ]
         ac.update(futs)
 
@@ -294,8 +303,10 @@ class CodedJob:
             return _NOTHING  # from an abandoned stage
         if fut.status != "finished":
             exc = await fut.exception(asynchronous=True) if fut.status == "error" else None
-            raise RuntimeError(f"coded job {self.token}: {self._stage_kind} task failed: "
-                               f"{_describe(exc) if exc else fut.status}") from exc
+            raise RuntimeError(
+                f"coded job {self.token}: {self._stage_kind} task failed: "
+                f"{_describe(exc) if exc else fut.status}"
+            ) from exc
         if self._stage_kind == "inspect":
             specs = await self.client.gather(fut, asynchronous=True)
             self._specs.update(zip(self._inspect_indices, specs, strict=True))
@@ -355,11 +366,14 @@ class CodedJob:
             if isinstance(exc, InvalidInput):
                 raise ValueError(str(exc)) from exc
             return _describe(exc)
-        return f"task {fut.status}"
+        return f"task {fut.status} (by another client, or its input data was lost)"
 
     def _insufficient(self, usable: list[int], pending: dict[int, Any], trigger: str) -> Exception:
         rep, need = self.report, self.policy.target(self.code)
-        reasons = Counter(r.split(":")[0] for r in rep.failed.values())
+        # "worker tcp://1.2.3.4:567 left ..." and "ValueError: ..." -> one line per kind
+        reasons = Counter(
+            re.sub(r"[a-z]+://\S+", "<addr>", r).split(": ")[0] for r in rep.failed.values()
+        )
         why = [f"{n} x {r}" for r, n in reasons.most_common()]
         if pending:
             why.append(f"{len(pending)} still running at the timeout of {self.timeout}s")
@@ -376,7 +390,11 @@ class CodedJob:
         pending = [f for f in self._evals.values() if f.status == "pending"]
         self.report.cancelled = len(pending)
         client = self.client
-        workers = sorted(set(self.report.workers))
+        try:  # only live workers: a broadcast to a dead one waits for its connect timeout
+            info = await client.scheduler.identity(n_workers=-1)
+            workers = sorted(set(self.report.workers) & set(info.get("workers", {})))
+        except Exception:
+            workers = []
         cancel = list(pending) + [f for f in self._stage if f.status == "pending"]
         if self.report.status != "finished":
             cancel += [f for f in self.decoded_futures if f.status == "pending"]
@@ -384,14 +402,15 @@ class CodedJob:
         async def broadcast() -> None:
             try:
                 await asyncio.wait_for(
-                    client.run(mark_done, self.token, workers=workers, on_error="ignore",
-                               asynchronous=True),
+                    client.run(
+                        mark_done, self.token, workers=workers, on_error="ignore", asynchronous=True
+                    ),
                     timeout=5,
                 )
-            except Exception:  # noqa: S110 - best effort: the eval wrapper also checks
+            except Exception:
                 pass
 
-        jobs = [broadcast()]
+        jobs = [broadcast()] if workers else []
         if cancel:
             jobs.append(client.cancel(cancel, asynchronous=True, reason="bacc: not needed"))
         await asyncio.gather(*jobs, return_exceptions=True)

@@ -7,7 +7,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-
 __all__ = ["choose_workers"]
 
 
@@ -45,9 +44,7 @@ def choose_workers(
         With fewer workers than tasks: raise ``ValueError``, or warn and place tasks
         round-robin (``bacc.oversubscribe``).
     """
-    running = {
-        a: info for a, info in workers.items() if info.get("status", "running") == "running"
-    }
+    running = {a: info for a, info in workers.items() if info.get("status", "running") == "running"}
     if not running:
         raise ValueError("the cluster has no running workers to place coded tasks on")
     if n > len(running):

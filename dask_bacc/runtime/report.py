@@ -94,7 +94,9 @@ class JobReport:
             f"{len(self.late)}, failed {len(self.failed)}",
         ]
         for i, reason in sorted(self.failed.items()):
-            lines.append(f"    task {i} on {self.workers[i] if i < len(self.workers) else '?'}: {reason}")
+            lines.append(
+                f"    task {i} on {self.workers[i] if i < len(self.workers) else '?'}: {reason}"
+            )
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)

@@ -10,7 +10,7 @@ from typing import Any
 from distributed import default_client
 
 from .. import config
-from ..codes import Code, LagrangeCode, get_code
+from ..codes import Code, get_code
 from ..collections import adapt
 from .job import CodedJob
 from .placement import choose_workers
@@ -56,8 +56,9 @@ def _check_common(func: Any, code: Any, n_coded: Any, timeout: Any, code_options
         raise TypeError("code_options must be a dict")
 
 
-def _build_code(code: str | Code, K: int, n_coded: int | None, n_workers: int,
-                options: dict[str, Any]) -> Code:
+def _build_code(
+    code: str | Code, K: int, n_coded: int | None, n_workers: int, options: dict[str, Any]
+) -> Code:
     if isinstance(code, Code):
         if code.K != K:
             raise ValueError(f"the code is for K={code.K} blocks but the data has K={K}")
@@ -75,16 +76,31 @@ def _build_code(code: str | Code, K: int, n_coded: int | None, n_workers: int,
     return get_code(name, K, n_coded, **options)
 
 
-async def _submit(client: Any, func: Callable[..., Any], data: Any, args: tuple, kwargs: dict,
-                  code: str | Code, n_coded: int | None, wait: Any, timeout: float | None,
-                  n_blocks: int | None, blocks: int | None, combine: str,
-                  code_options: dict[str, Any]) -> CodedJob:
+async def _submit(
+    client: Any,
+    func: Callable[..., Any],
+    data: Any,
+    args: tuple,
+    kwargs: dict,
+    code: str | Code,
+    n_coded: int | None,
+    wait: Any,
+    timeout: float | None,
+    n_blocks: int | None,
+    blocks: int | None,
+    combine: str,
+    code_options: dict[str, Any],
+) -> CodedJob:
     info = await client.scheduler.identity(n_workers=-1)
     workers = info.get("workers", {})
     n_workers = sum(1 for w in workers.values() if w.get("status", "running") == "running")
     redundancy = float(config.get("redundancy", 2.0))
-    data_blocks = adapt(data, n_blocks=n_blocks, blocks=blocks,
-                        max_blocks=max(1, int(n_workers / max(redundancy, 1.0))))
+    data_blocks = adapt(
+        data,
+        n_blocks=n_blocks,
+        blocks=blocks,
+        max_blocks=max(1, int(n_workers / max(redundancy, 1.0))),
+    )
     coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
     policy = resolve_wait(wait, coder)
     placement = choose_workers(
@@ -95,8 +111,18 @@ async def _submit(client: Any, func: Callable[..., Any], data: Any, args: tuple,
     )
     if timeout is None:
         timeout = config.get("timeout", None)
-    job = CodedJob(client, coder, data_blocks, func, args, kwargs, policy,
-                   None if timeout is None else float(timeout), combine, placement)
+    job = CodedJob(
+        client,
+        coder,
+        data_blocks,
+        func,
+        args,
+        kwargs,
+        policy,
+        None if timeout is None else float(timeout),
+        combine,
+        placement,
+    )
     await job._submit()
     return job
 
@@ -128,8 +154,20 @@ def submit_coded(
         raise ValueError(f"combine must be 'auto', 'concat' or 'stack', got {combine!r}")
     client = client if client is not None else default_client()
     return client.sync(
-        _submit, client, func, data, args, kwargs, code, n_coded, wait, timeout,
-        n_blocks, blocks, combine, dict(code_options or {}),
+        _submit,
+        client,
+        func,
+        data,
+        args,
+        kwargs,
+        code,
+        n_coded,
+        wait,
+        timeout,
+        n_blocks,
+        blocks,
+        combine,
+        dict(code_options or {}),
     )
 
 
@@ -208,11 +246,22 @@ def map_coded(
     """
     client = client if client is not None else default_client()
     job_or_coro = submit_coded(
-        func, data, *args, code=code, n_coded=n_coded, wait=wait, timeout=timeout,
-        client=client, n_blocks=n_blocks, blocks=blocks, combine=combine,
-        code_options=code_options, **kwargs,
+        func,
+        data,
+        *args,
+        code=code,
+        n_coded=n_coded,
+        wait=wait,
+        timeout=timeout,
+        client=client,
+        n_blocks=n_blocks,
+        blocks=blocks,
+        combine=combine,
+        code_options=code_options,
+        **kwargs,
     )
     if client.asynchronous:
+
         async def run() -> Any:
             job = await job_or_coro
             return await job._result()

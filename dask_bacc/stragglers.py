@@ -1,0 +1,146 @@
+"""Straggler injection for tests, demos and benchmarks.
+
+A :class:`StragglerPlugin` installed on the workers adds a delay to dask-bacc's coded eval
+tasks, drawn from a straggler model with a seeded generator: the draw for coded task ``i``
+of a client's ``s``-th job depends only on ``(seed, s, i)`` (and, for
+:class:`SlowWorkers`, the worker's name), so a script that runs the same jobs in the
+same order sees the same stragglers. The delay is interruptible: it ends as soon as its
+job has decoded or been cancelled, so cancelled stragglers do not keep occupying workers.
+
+>>> from dask_bacc.stragglers import Bimodal, inject_stragglers
+>>> inject_stragglers(Bimodal(p=0.1, delay=2.0), seed=0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from distributed import WorkerPlugin, default_client
+
+from .runtime.worker import STRAGGLER_PLUGIN_NAME
+
+__all__ = [
+    "Bimodal",
+    "ShiftedExponential",
+    "SlowWorkers",
+    "StragglerModel",
+    "StragglerPlugin",
+    "clear_stragglers",
+    "inject_stragglers",
+]
+
+
+class StragglerModel:
+    """Extra seconds a coded eval task waits after ``func`` returned."""
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        """The delay for one task; ``elapsed`` is how long ``func`` itself took."""
+        raise NotImplementedError
+
+
+def _nonneg(name: str, value: float) -> None:
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+
+@dataclass(frozen=True)
+class SlowWorkers(StragglerModel):
+    """A fixed set of slow workers (by name): each of their tasks is delayed.
+
+    The delay is ``delay + (factor - 1) * elapsed`` seconds.
+    """
+
+    names: tuple[str, ...]
+    delay: float = 1.0
+    factor: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "names", tuple(str(n) for n in self.names))
+        _nonneg("delay", self.delay)
+        if self.factor < 1:
+            raise ValueError(f"factor must be >= 1, got {self.factor}")
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        if str(worker_name) not in self.names:
+            return 0.0
+        return self.delay + (self.factor - 1) * elapsed
+
+
+@dataclass(frozen=True)
+class Bimodal(StragglerModel):
+    """Each task straggles with probability ``p``: ``delay + (factor - 1) * elapsed`` more."""
+
+    p: float
+    delay: float = 1.0
+    factor: float = 1.0
+
+    def __post_init__(self):
+        if not 0 <= self.p <= 1:
+            raise ValueError(f"p must lie in [0, 1], got {self.p}")
+        _nonneg("delay", self.delay)
+        if self.factor < 1:
+            raise ValueError(f"factor must be >= 1, got {self.factor}")
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        if rng.random() >= self.p:
+            return 0.0
+        return self.delay + (self.factor - 1) * elapsed
+
+
+@dataclass(frozen=True)
+class ShiftedExponential(StragglerModel):
+    """Every task waits ``shift + Exp(scale)`` seconds (the classic straggler model)."""
+
+    scale: float
+    shift: float = 0.0
+
+    def __post_init__(self):
+        _nonneg("scale", self.scale)
+        _nonneg("shift", self.shift)
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        return self.shift + (rng.exponential(self.scale) if self.scale > 0 else 0.0)
+
+
+@dataclass
+class StragglerPlugin(WorkerPlugin):
+    """Worker plugin that delays dask-bacc eval tasks according to ``model``.
+
+    Parameters
+    ----------
+    model : StragglerModel
+        :class:`SlowWorkers`, :class:`Bimodal` or :class:`ShiftedExponential`.
+    seed : int
+        Seed of the per-task generators.
+    """
+
+    model: StragglerModel
+    seed: int = 0
+    name: str = STRAGGLER_PLUGIN_NAME
+    log: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
+
+    def __post_init__(self):
+        if not isinstance(self.model, StragglerModel):
+            raise TypeError(f"model must be a StragglerModel, got {type(self.model).__name__}")
+
+    def delay(self, *, index: int, seq: int, elapsed: float, worker_name: str) -> float:
+        """Seconds to delay coded task ``index`` of job number ``seq`` on this worker."""
+        rng = np.random.default_rng([self.seed, seq, index])
+        d = float(self.model.draw(rng, worker_name, elapsed))
+        self.log.append((seq, index, worker_name, d))
+        return d
+
+
+def inject_stragglers(model: StragglerModel, seed: int = 0, client: Any = None) -> Any:
+    """Install a :class:`StragglerPlugin` on every worker (and on workers that join later)."""
+    client = client if client is not None else default_client()
+    return client.register_plugin(StragglerPlugin(model, seed), name=STRAGGLER_PLUGIN_NAME)
+
+
+def clear_stragglers(client: Any = None) -> Any:
+    """Remove the straggler plugin from the workers."""
+    client = client if client is not None else default_client()
+    return client.unregister_worker_plugin(STRAGGLER_PLUGIN_NAME)

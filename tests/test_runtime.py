@@ -1,0 +1,323 @@
+"""Coded jobs on a real (in-process) distributed cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+
+import cloudpickle
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Event, Nanny, get_worker
+from distributed.utils_test import gen_cluster
+
+import dask_bacc
+from dask_bacc.codes import get_code
+from dask_bacc.runtime.worker import is_done
+
+# worker processes (Nanny tests) cannot import this module: ship its functions by value
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+EIGHT = [("127.0.0.1", 1)] * 8
+
+
+def gated(x, slow, event_name, func=np.tanh):
+    """func(x), but workers named in ``slow`` first wait for the distributed Event."""
+    if str(get_worker().name) in slow:
+        Event(event_name).wait()
+    return func(x)
+
+
+def bad_on(x, bad, kind):
+    """tanh(x), except on the workers named in ``bad``: raise, NaN, or a wrong shape."""
+    if str(get_worker().name) in bad:
+        if kind == "raise":
+            raise ZeroDivisionError("injected failure")
+        if kind == "nan":
+            return np.full(x.shape, np.nan)
+        if kind == "shape":
+            return np.tanh(x)[:-1]
+        if kind == "object":
+            return np.array([object()])
+    return np.tanh(x)
+
+
+def blocks_of(X, K):
+    return np.stack(np.split(X, K))
+
+
+def expected_decode(report, func, X):
+    """code.decode(f(code.encode(X))[returned], returned) for the job's own code and set."""
+    code = get_code(**report.code)
+    coded = code.encode(blocks_of(X, code.K))
+    results = np.stack([func(coded[i]) for i in report.returned])
+    return code.decode(results, report.returned)
+
+
+def indices_on(report, workers):
+    addrs = {w.address for w in workers}
+    return {i for i, a in enumerate(report.workers) if a in addrs}
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    slow = workers[:2]
+    release = Event("release-slow", client=c)
+    job = await dask_bacc.submit_coded(
+        gated, X, {str(w.name) for w in slow}, "release-slow", n_blocks=4, n_coded=8,
+        wait=6, client=c,
+    )
+    out = await job
+    rep = job.report
+    # decoded while the two stragglers are still blocked in func
+    assert all(w.state.executing_count == 1 for w in slow)
+    assert rep.status == "finished" and rep.trigger == "wait"
+    slow_idx = indices_on(rep, slow)
+    assert len(slow_idx) == 2
+    assert set(rep.straggled) == slow_idx
+    assert rep.cancelled == 2
+    assert sorted(rep.returned) == sorted(set(range(8)) - slow_idx)
+    assert rep.failed == {}
+    assert len(set(rep.workers)) == 8  # one coded task per distinct worker
+    np.testing.assert_allclose(
+        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-14
+    )
+    # every worker was told the job is over
+    assert all(is_done(job.token) for _ in workers)
+    # the stragglers' eval tasks were cancelled: the scheduler holds no task of this job
+    while any(job.token in str(k) for k in s.tasks):
+        await asyncio.sleep(0.01)
+    await release.set()
+    while any(w.state.executing_count for w in workers):
+        await asyncio.sleep(0.01)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_keys_and_strict_pinning(c, s, *workers):
+    X = np.ones((8, 2))
+    release = Event("release-pin", client=c)
+    names = {str(w.name) for w in workers}
+    job = await dask_bacc.submit_coded(
+        gated, X, names, "release-pin", n_blocks=4, n_coded=8, wait=8, client=c
+    )
+    while len([k for k in s.tasks if str(k).startswith(f"('bacc-eval-{job.token}'")]) < 8:
+        await asyncio.sleep(0.01)
+    evals = {k: ts for k, ts in s.tasks.items() if k[0] == f"bacc-eval-{job.token}"}
+    encodes = {k: ts for k, ts in s.tasks.items() if k[0] == f"bacc-encode-{job.token}"}
+    assert sorted(k[1] for k in evals) == list(range(8))
+    assert sorted(k[1] for k in encodes) == list(range(8))
+    for (_, i), ts in evals.items():
+        assert ts.worker_restrictions == {job.report.workers[i]}
+        assert not ts.loose_restrictions
+    for (_, i), ts in encodes.items():
+        assert ts.worker_restrictions == {job.report.workers[i]}
+    assert not job.done()
+    await release.set()
+    out = await job
+    assert out.shape == (8, 2)
+    assert any(True for _ in [k for k in s.tasks if False]) is False
+    np.testing.assert_allclose(out, np.concatenate(expected_decode(job.report, np.tanh, X)))
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_eval_that_raises_is_an_erasure(c, s, *workers):
+    X = np.random.default_rng(1).standard_normal((24, 2))
+    bad = {str(workers[3].name)}
+    job = await dask_bacc.submit_coded(
+        bad_on, X, bad, "raise", n_blocks=4, n_coded=8, wait=8, client=c
+    )
+    out = await job
+    rep = job.report
+    (i_bad,) = indices_on(rep, [workers[3]])
+    assert list(rep.failed) == [i_bad]
+    assert "ZeroDivisionError: injected failure" in rep.failed[i_bad]
+    assert i_bad not in rep.returned and len(rep.returned) == 7
+    assert rep.trigger == "exhausted"
+    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("nan", "NaN/inf"), ("shape", "differs from"), ("object", "real numeric")],
+)
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_invalid_results_are_erasures(c, s, *workers, kind, reason):
+    X = np.random.default_rng(2).standard_normal((16, 3))
+    bad = {str(workers[5].name)}
+    # wait for all 8: the bad result is certainly seen, then written off
+    job = await dask_bacc.submit_coded(bad_on, X, bad, kind, n_blocks=4, n_coded=8, wait=8,
+                                       client=c)
+    out = await job
+    rep = job.report
+    (i_bad,) = indices_on(rep, [workers[5]])
+    assert reason in rep.failed[i_bad]
+    assert i_bad not in rep.returned
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_all_evals_fail_raises_insufficient_results(c, s, *workers):
+    X = np.ones((8, 2))
+    names = {str(w.name) for w in workers}
+    job = await dask_bacc.submit_coded(bad_on, X, names, "raise", n_blocks=4, client=c)
+    with pytest.raises(dask_bacc.InsufficientResults, match=r"0 usable result.*ZeroDivisionError"):
+        await job
+    assert job.done() and job.report.status == "error"
+    assert len(job.report.failed) == job.report.N
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_worker_closed_mid_job(c, s, *workers):
+    X = np.random.default_rng(3).standard_normal((16, 2))
+    leaving = workers[7]
+    release = Event("release-closed", client=c)
+    # wait for all 8: the job can only finish by writing off the closed worker's task
+    job = await dask_bacc.submit_coded(
+        gated, X, {str(leaving.name)}, "release-closed", n_blocks=4, n_coded=8, wait=8,
+        client=c,
+    )
+    while leaving.state.executing_count == 0:
+        await asyncio.sleep(0.01)
+    await leaving.close(executor_wait=False)
+    out = await job
+    rep = job.report
+    (i_gone,) = indices_on(rep, [leaving])
+    assert "left" in rep.failed[i_gone]
+    assert rep.trigger == "exhausted" and len(rep.returned) == 7
+    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+    await release.set()
+
+
+@gen_cluster(client=True, Worker=Nanny, nthreads=[("127.0.0.1", 1)] * 4, timeout=120)
+async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
+    X = np.random.default_rng(4).standard_normal((8, 2))
+    info = await c.scheduler.identity(n_workers=-1)
+    name_of = {a: str(w["name"]) for a, w in info["workers"].items()}
+    victim = nannies[0]
+    job = await dask_bacc.submit_coded(
+        gated, X, {name_of[victim.worker_address]}, "never-set", n_blocks=2, n_coded=4,
+        wait=4, client=c,
+    )
+    await asyncio.sleep(0)  # let the task start before the kill (not a timing assumption)
+    await victim.kill()
+    out = await job
+    rep = job.report
+    assert rep.trigger == "exhausted"
+    assert len(rep.failed) == 1 and "left" in next(iter(rep.failed.values()))
+    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+
+    # now every worker blocks, and every worker dies: an error, never a hang
+    info = await c.scheduler.identity(n_workers=-1)
+    job = await dask_bacc.submit_coded(
+        gated, X, {str(w["name"]) for w in info["workers"].values()}, "never-set",
+        n_blocks=2, n_coded=3, client=c,
+    )
+    await asyncio.gather(*(n.kill() for n in nannies))  # nannies[0] restarted its worker
+    with pytest.raises(dask_bacc.InsufficientResults, match="left before returning"):
+        await job
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_timeout_decodes_from_what_arrived(c, s, *workers):
+    X = np.random.default_rng(5).standard_normal((16, 2))
+    slow = workers[:2]
+    release = Event("release-timeout", client=c)
+    job = await dask_bacc.submit_coded(
+        gated, X, {str(w.name) for w in slow}, "release-timeout", n_blocks=4, n_coded=8,
+        wait=8, timeout=3, client=c,
+    )
+    out = await job
+    rep = job.report
+    assert rep.trigger == "timeout"
+    assert set(rep.straggled) == indices_on(rep, slow)
+    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+    await release.set()
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_cancel_job(c, s, *workers):
+    X = np.ones((8, 2))
+    release = Event("release-cancel", client=c)
+    names = {str(w.name) for w in workers}
+    job = await dask_bacc.submit_coded(gated, X, names, "release-cancel", n_blocks=4, client=c)
+    await job.cancel()
+    assert job.done() and job.report.status == "cancelled"
+    with pytest.raises(concurrent.futures.CancelledError):
+        await job
+    while any(job.token in str(k) for k in s.tasks):
+        await asyncio.sleep(0.01)
+    await release.set()
+
+
+@pytest.mark.parametrize("code", ["repetition", "uncoded", "lagrange"])
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_exact_codes_are_exact(c, s, *workers, code):
+    X = np.random.default_rng(6).standard_normal((12, 3))
+    options = {"degree": 2} if code == "lagrange" else {}
+    job = await dask_bacc.submit_coded(
+        np.square, X, code=code, n_blocks=3, client=c, code_options=options
+    )
+    out = await job
+    np.testing.assert_allclose(out, X**2, rtol=1e-9, atol=1e-12)
+    assert job.report.wait_target == get_code(**job.report.code).min_results
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_round_trips_numpy_list_dask(c, s, *workers):
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((16, 4))
+    # numpy in, numpy out; rows kept -> concatenated
+    out = await dask_bacc.map_coded(np.tanh, X, n_blocks=4, client=c, code="repetition")
+    assert isinstance(out, np.ndarray) and out.shape == X.shape
+    np.testing.assert_array_equal(out, np.tanh(X))
+    # reduction -> stacked: one output per block
+    out = await dask_bacc.map_coded(np.sum, X, n_blocks=4, client=c, code="repetition")
+    assert out.shape == (4,)
+    np.testing.assert_allclose(out, X.reshape(4, 4, 4).sum(axis=(1, 2)))
+    X3 = X[:, :3]
+    out = await dask_bacc.map_coded(np.mean, X3, n_blocks=4, client=c, axis=0, code="uncoded")
+    assert out.shape == (4, 3)  # (K, columns): per-block column means, stacked
+    np.testing.assert_allclose(out, X3.reshape(4, 4, 3).mean(axis=1))
+    # a square block is ambiguous under "auto" (rows kept?): combine= decides
+    out = await dask_bacc.map_coded(np.mean, X, n_blocks=4, client=c, axis=0, code="uncoded",
+                                    combine="stack")
+    assert out.shape == (4, 4)
+    np.testing.assert_allclose(out, X.reshape(4, 4, 4).mean(axis=1))
+    # list in, list out
+    blocks = [rng.standard_normal((3, 2)) for _ in range(3)]
+    out = await dask_bacc.map_coded(np.exp, blocks, client=c, code="repetition")
+    assert isinstance(out, list) and len(out) == 3
+    for b, o in zip(blocks, out, strict=True):
+        np.testing.assert_allclose(o, np.exp(b))
+    # dask array in (chunked on both axes), dask array out backed by decode futures
+    x = da.from_array(X, chunks=(4, 2))
+    y = await dask_bacc.map_coded(np.tanh, x, client=c, code="repetition")
+    assert isinstance(y, da.Array) and y.shape == X.shape and y.chunks[0] == (4, 4, 4, 4)
+    np.testing.assert_array_equal(await c.compute(y), np.tanh(X))
+    # Berrut on a dask array equals the reference decode of its own returned set
+    job = await dask_bacc.submit_coded(np.tanh, x, client=c, n_coded=8, wait=6)
+    y = await job
+    assert isinstance(y, da.Array)
+    np.testing.assert_allclose(
+        await c.compute(y), np.concatenate(expected_decode(job.report, np.tanh, X)), rtol=1e-12
+    )
+    s_out = await dask_bacc.map_coded(np.sum, x, client=c, code="uncoded")
+    assert s_out.shape == (4,)
+    np.testing.assert_allclose(await c.compute(s_out), X.reshape(4, 4, 4).sum(axis=(1, 2)))
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_args_and_kwargs_are_broadcast(c, s, *workers):
+    X = np.random.default_rng(8).standard_normal((8, 3))
+    W = np.arange(6.0).reshape(3, 2)
+
+    def affine(block, weights, *, bias):
+        return block @ weights + bias
+
+    out = await dask_bacc.map_coded(affine, X, W, bias=1.5, n_blocks=4, code="lagrange",
+                                    client=c)
+    np.testing.assert_allclose(out, X @ W + 1.5, rtol=1e-9)
