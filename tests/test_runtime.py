@@ -67,8 +67,14 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     slow = workers[:2]
     release = Event("release-slow", client=c)
     job = await dask_bacc.submit_coded(
-        gated, X, {str(w.name) for w in slow}, "release-slow", n_blocks=4, n_coded=8,
-        wait=6, client=c,
+        gated,
+        X,
+        {str(w.name) for w in slow},
+        "release-slow",
+        n_blocks=4,
+        n_coded=8,
+        wait=6,
+        client=c,
     )
     out = await job
     rep = job.report
@@ -148,8 +154,9 @@ async def test_invalid_results_are_erasures(c, s, *workers, kind, reason):
     X = np.random.default_rng(2).standard_normal((16, 3))
     bad = {str(workers[5].name)}
     # wait for all 8: the bad result is certainly seen, then written off
-    job = await dask_bacc.submit_coded(bad_on, X, bad, kind, n_blocks=4, n_coded=8, wait=8,
-                                       client=c)
+    job = await dask_bacc.submit_coded(
+        bad_on, X, bad, kind, n_blocks=4, n_coded=8, wait=8, client=c
+    )
     out = await job
     rep = job.report
     (i_bad,) = indices_on(rep, [workers[5]])
@@ -177,7 +184,13 @@ async def test_worker_closed_mid_job(c, s, *workers):
     release = Event("release-closed", client=c)
     # wait for all 8: the job can only finish by writing off the closed worker's task
     job = await dask_bacc.submit_coded(
-        gated, X, {str(leaving.name)}, "release-closed", n_blocks=4, n_coded=8, wait=8,
+        gated,
+        X,
+        {str(leaving.name)},
+        "release-closed",
+        n_blocks=4,
+        n_coded=8,
+        wait=8,
         client=c,
     )
     while leaving.state.executing_count == 0:
@@ -199,8 +212,14 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
     name_of = {a: str(w["name"]) for a, w in info["workers"].items()}
     victim = nannies[0]
     job = await dask_bacc.submit_coded(
-        gated, X, {name_of[victim.worker_address]}, "never-set", n_blocks=2, n_coded=4,
-        wait=4, client=c,
+        gated,
+        X,
+        {name_of[victim.worker_address]},
+        "never-set",
+        n_blocks=2,
+        n_coded=4,
+        wait=4,
+        client=c,
     )
     await asyncio.sleep(0)  # let the task start before the kill (not a timing assumption)
     await victim.kill()
@@ -213,8 +232,13 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
     # now every worker blocks, and every worker dies: an error, never a hang
     info = await c.scheduler.identity(n_workers=-1)
     job = await dask_bacc.submit_coded(
-        gated, X, {str(w["name"]) for w in info["workers"].values()}, "never-set",
-        n_blocks=2, n_coded=3, client=c,
+        gated,
+        X,
+        {str(w["name"]) for w in info["workers"].values()},
+        "never-set",
+        n_blocks=2,
+        n_coded=3,
+        client=c,
     )
     await asyncio.gather(*(n.kill() for n in nannies))  # nannies[0] restarted its worker
     with pytest.raises(dask_bacc.InsufficientResults, match="left before returning"):
@@ -227,8 +251,15 @@ async def test_timeout_decodes_from_what_arrived(c, s, *workers):
     slow = workers[:2]
     release = Event("release-timeout", client=c)
     job = await dask_bacc.submit_coded(
-        gated, X, {str(w.name) for w in slow}, "release-timeout", n_blocks=4, n_coded=8,
-        wait=8, timeout=3, client=c,
+        gated,
+        X,
+        {str(w.name) for w in slow},
+        "release-timeout",
+        n_blocks=4,
+        n_coded=8,
+        wait=8,
+        timeout=3,
+        client=c,
     )
     out = await job
     rep = job.report
@@ -283,8 +314,9 @@ async def test_round_trips_numpy_list_dask(c, s, *workers):
     assert out.shape == (4, 3)  # (K, columns): per-block column means, stacked
     np.testing.assert_allclose(out, X3.reshape(4, 4, 3).mean(axis=1))
     # a square block is ambiguous under "auto" (rows kept?): combine= decides
-    out = await dask_bacc.map_coded(np.mean, X, n_blocks=4, client=c, axis=0, code="uncoded",
-                                    combine="stack")
+    out = await dask_bacc.map_coded(
+        np.mean, X, n_blocks=4, client=c, axis=0, code="uncoded", combine="stack"
+    )
     assert out.shape == (4, 4)
     np.testing.assert_allclose(out, X.reshape(4, 4, 4).mean(axis=1))
     # list in, list out
@@ -318,6 +350,5 @@ async def test_args_and_kwargs_are_broadcast(c, s, *workers):
     def affine(block, weights, *, bias):
         return block @ weights + bias
 
-    out = await dask_bacc.map_coded(affine, X, W, bias=1.5, n_blocks=4, code="lagrange",
-                                    client=c)
+    out = await dask_bacc.map_coded(affine, X, W, bias=1.5, n_blocks=4, code="lagrange", client=c)
     np.testing.assert_allclose(out, X @ W + 1.5, rtol=1e-9)

@@ -40,7 +40,7 @@ def adapt(
         if n_blocks is not None or blocks is not None:
             raise ValueError("n_blocks/blocks apply to NumPy input; a list already is the blocks")
         return ListBlocks(data)
-    if isinstance(data, np.ndarray):
+    if isinstance(data, (np.ndarray, np.generic)):
         return NumpyBlocks(data, n_blocks=n_blocks, blocks=blocks, max_blocks=max_blocks)
     raise TypeError(
         f"cannot map over {type(data).__module__}.{type(data).__name__}: pass a NumPy array, "
