@@ -1085,3 +1085,20 @@ def test_import_checks_catch_a_dask_import(tmp_path):
     base.write_text(base.read_text() + "\n\ndef _lazy():\n    from distributed import Client\n")
     assert len(import_violations(copy)) == 1
     assert "from distributed import" in import_violations(copy)[0]
+
+
+def test_can_decode_validates_like_decode():
+    from dask_bacc.codes import BerrutCode, LagrangeCode, RepetitionCode
+
+    with pytest.raises(ValueError, match="lie in"):
+        BerrutCode(3, 5).can_decode([7])
+    with pytest.raises(ValueError, match="lie in"):
+        RepetitionCode(2, 3).can_decode([0, 5])
+    with pytest.raises(ValueError, match="distinct"):
+        LagrangeCode(2, 3).can_decode([0, 1, 1])
+    assert BerrutCode(3, 5).can_decode([]) is False
+
+
+def test_systematic_berrut_name_rejects_systematic_false():
+    with pytest.raises(ValueError, match="systematic=False"):
+        get_code("systematic-berrut", 3, 5, systematic=False)

@@ -83,8 +83,13 @@ class Code:
         raise NotImplementedError
 
     def can_decode(self, returned: Sequence[int]) -> bool:
-        """Whether this set of returned worker indices is decodable."""
-        return len(set(returned)) >= self.min_results
+        """Whether this set of returned worker indices is decodable.
+
+        Raises ``ValueError`` for indices outside ``[0, N)`` or repeated, like :meth:`decode`.
+        """
+        if len(returned) == 0:
+            return False
+        return as_returned(returned, self.N).size >= self.min_results
 
     # -- data --------------------------------------------------------------------
     def encode(self, blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:

@@ -45,6 +45,8 @@ def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
         raise TypeError(f"code name must be a string, got {type(name).__name__}")
     key = name.lower().replace("_", "-")
     if key == "systematic-berrut":
+        if not options.pop("systematic", True):
+            raise ValueError("code 'systematic-berrut' cannot take systematic=False")
         key, options = "berrut", {"systematic": True, **options}
     try:
         cls = _REGISTRY[key]

@@ -41,7 +41,9 @@ class RepetitionCode(Code):
         return self.K
 
     def can_decode(self, returned: Sequence[int]) -> bool:
-        return len({int(i) % self.K for i in returned}) == self.K
+        if len(returned) == 0:
+            return False
+        return len({int(i) % self.K for i in as_returned(returned, self.N)}) == self.K
 
     def _sources(self, returned: Sequence[int]) -> np.ndarray:
         """Column of ``returned`` that supplies each block: its lowest-index returned copy."""
