@@ -1,0 +1,74 @@
+"""The synchronous API a notebook user calls: default client, blocking result, cancel."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, Event, LocalCluster, get_worker
+
+import dask_bacc
+from dask_bacc.codes import get_code
+
+
+def block_on_worker_zero(x, event_name):
+    if str(get_worker().name) == "0":
+        Event(event_name).wait()
+    return np.tanh(x)
+
+
+@pytest.fixture
+def client():
+    with (
+        LocalCluster(
+            n_workers=6, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+def test_map_coded_with_default_client(client):
+    X = np.random.default_rng(0).standard_normal((30, 4))
+    out = dask_bacc.map_coded(np.tanh, X, n_blocks=3)
+    assert isinstance(out, np.ndarray) and out.shape == X.shape
+    job = dask_bacc.submit_coded(np.tanh, X, n_blocks=3)
+    assert isinstance(job, dask_bacc.CodedJob)
+    out = job.result()
+    rep = job.report
+    assert job.done() and rep.status == "finished"
+    assert (rep.K, rep.N, rep.wait_target) == (3, 6, 5)
+    code = get_code(**rep.code)
+    coded = code.encode(np.stack(np.split(X, 3)))
+    expected = code.decode(np.tanh(coded[rep.returned]), rep.returned)
+    np.testing.assert_allclose(out, np.concatenate(expected), rtol=1e-12)
+    text = repr(rep)
+    assert "K=3 N=6" in text and "decoded on wait" in text
+    assert "status=finished" in repr(job)
+    # the dask-array path with a synchronous client
+    y = dask_bacc.map_coded(np.tanh, da.from_array(X, chunks=10), code="repetition")
+    np.testing.assert_array_equal(y.compute(), np.tanh(X))
+
+
+def test_result_timeout_and_cancel(client):
+    X = np.ones((6, 2))
+    gate = Event("sync-gate", client=client)
+    job = dask_bacc.submit_coded(block_on_worker_zero, X, "sync-gate", n_blocks=3, wait=6)
+    with pytest.raises(TimeoutError):
+        job.result(timeout=0.2)  # blocked on worker 0 by the Event: cannot finish
+    assert not job.done()
+    job.cancel()
+    assert job.done() and job.report.status == "cancelled"
+    with pytest.raises(concurrent.futures.CancelledError):
+        job.result()
+    gate.set()
+
+
+def test_insufficient_results_sync(client):
+    def always_fails(x):
+        raise RuntimeError("boom")
+
+    with pytest.raises(dask_bacc.InsufficientResults, match=r"0 usable result.*RuntimeError"):
+        dask_bacc.map_coded(always_fails, np.ones((6, 2)), n_blocks=3)
