@@ -1102,3 +1102,15 @@ def test_can_decode_validates_like_decode():
 def test_systematic_berrut_name_rejects_systematic_false():
     with pytest.raises(ValueError, match="systematic=False"):
         get_code("systematic-berrut", 3, 5, systematic=False)
+
+
+def test_is_exact():
+    from dask_bacc.codes import BerrutCode, LagrangeCode, RepetitionCode
+
+    sysb = BerrutCode(3, 6, systematic=True)
+    others = [i for i in range(6) if i not in set(sysb.systematic_workers.tolist())]
+    assert sysb.is_exact(sysb.systematic_workers.tolist())
+    assert not sysb.is_exact(sysb.systematic_workers.tolist()[:-1] + others)
+    assert not BerrutCode(3, 6).is_exact(list(range(6)))  # plain Berrut is never exact
+    assert RepetitionCode(2, 4).is_exact([2, 1]) and not RepetitionCode(2, 4).is_exact([0, 2])
+    assert LagrangeCode(3, 6, 1).is_exact([0, 4, 5]) and not LagrangeCode(3, 6, 1).is_exact([1])

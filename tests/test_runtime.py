@@ -352,3 +352,27 @@ async def test_args_and_kwargs_are_broadcast(c, s, *workers):
 
     out = await dask_bacc.map_coded(affine, X, W, bias=1.5, n_blocks=4, code="lagrange", client=c)
     np.testing.assert_allclose(out, X @ W + 1.5, rtol=1e-9)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
+    """All K systematic tasks back: exact, so no need to wait for the other results."""
+    X = np.random.default_rng(9).standard_normal((12, 2))
+    code = get_code("systematic-berrut", 3, 8)
+    systematic = set(code.systematic_workers.tolist())
+    # every non-systematic coded task blocks; placement is index i -> report.workers[i],
+    # which is only known after submission, so block by worker name via a shared Event
+    release = Event("release-systematic", client=c)
+    info = await c.scheduler.identity(n_workers=-1)
+    from dask_bacc.runtime.placement import choose_workers
+
+    placement = choose_workers(info["workers"], 8)
+    blocked = {str(info["workers"][placement[i]]["name"]) for i in range(8) if i not in systematic}
+    job = await dask_bacc.submit_coded(
+        gated, X, blocked, "release-systematic", code=code, wait=8, client=c
+    )
+    assert job.report.workers == placement
+    out = await job
+    assert set(job.report.returned) == systematic and job.report.trigger == "wait"
+    np.testing.assert_allclose(out, np.tanh(X), rtol=1e-12)
+    await release.set()

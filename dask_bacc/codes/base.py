@@ -91,6 +91,13 @@ class Code:
             return False
         return as_returned(returned, self.N).size >= self.min_results
 
+    def is_exact(self, returned: Sequence[int]) -> bool:
+        """Whether decoding from ``returned`` gives every block exactly (f(X_j), not an estimate).
+
+        True for an exact code once the set is decodable; a systematic code overrides it.
+        """
+        return self.exact and self.can_decode(returned)
+
     # -- data --------------------------------------------------------------------
     def encode(self, blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
         """Encode K blocks of shape (K, ...) into N coded blocks of shape (N, ...)."""

@@ -89,6 +89,13 @@ class BerrutCode(Code):
     def min_results(self) -> int:
         return 1
 
+    def is_exact(self, returned: Sequence[int]) -> bool:
+        """Systematic only: every block's own (systematic) worker is in ``returned``."""
+        if not self.systematic or len(returned) == 0:
+            return False
+        have = set(as_returned(returned, self.N).tolist())
+        return all(int(i) in have for i in self.systematic_workers)
+
     def encoding_matrix(self) -> np.ndarray:
         return berrut_matrix(self._z, self._alpha)
 

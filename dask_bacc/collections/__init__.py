@@ -9,7 +9,12 @@ import numpy as np
 from .base import Blocks, check_dtype, combine_rule
 from .numpy import ListBlocks, NumpyBlocks
 
-__all__ = ["Blocks", "adapt", "check_dtype", "combine_rule"]
+__all__ = ["Blocks", "adapt", "check_dtype", "combine_rule", "is_numpy"]
+
+
+def is_numpy(data: Any) -> bool:
+    """NumPy input, which dask-bacc splits into blocks itself."""
+    return isinstance(data, (np.ndarray, np.generic))
 
 
 def adapt(
@@ -40,7 +45,7 @@ def adapt(
         if n_blocks is not None or blocks is not None:
             raise ValueError("n_blocks/blocks apply to NumPy input; a list already is the blocks")
         return ListBlocks(data)
-    if isinstance(data, (np.ndarray, np.generic)):
+    if is_numpy(data):
         return NumpyBlocks(data, n_blocks=n_blocks, blocks=blocks, max_blocks=max_blocks)
     raise TypeError(
         f"cannot map over {type(data).__module__}.{type(data).__name__}: pass a NumPy array, "

@@ -11,7 +11,7 @@ from distributed import default_client
 
 from .. import config
 from ..codes import Code, get_code
-from ..collections import adapt
+from ..collections import adapt, is_numpy
 from .job import CodedJob
 from .placement import choose_workers
 from .wait import WaitPolicy, resolve_wait
@@ -95,6 +95,8 @@ async def _submit(
     workers = info.get("workers", {})
     n_workers = sum(1 for w in workers.values() if w.get("status", "running") == "running")
     redundancy = float(config.get("redundancy", 2.0))
+    if isinstance(code, Code) and n_blocks is None and blocks is None and is_numpy(data):
+        n_blocks = code.K  # a Code instance fixes K
     data_blocks = adapt(
         data,
         n_blocks=n_blocks,

@@ -17,9 +17,9 @@ class WaitPolicy:
     """Decide when to decode. Subclasses give the number of usable results to wait for.
 
     Decoding also requires the returned set to be decodable by the code (an exact code needs
-    its recovery threshold; repetition needs a copy of every block), and a job whose wait
-    target can no longer be reached (too many failures) decodes from everything that
-    arrived, if that is decodable.
+    its recovery threshold; repetition needs a copy of every block). A set that is already
+    exact decodes at once (see :meth:`is_met`), and a job whose wait target can no longer be
+    reached (too many failures) decodes from everything that arrived, if that is decodable.
     """
 
     def target(self, code: Code) -> int:
@@ -27,8 +27,16 @@ class WaitPolicy:
         raise NotImplementedError
 
     def is_met(self, returned: Collection[int], code: Code) -> bool:
-        """Whether the results in ``returned`` are enough to decode now."""
-        return len(returned) >= self.target(code) and code.can_decode(list(returned))
+        """Whether the results in ``returned`` are enough to decode now.
+
+        Met at the target count if the set is decodable, or earlier when the set already
+        gives every block exactly (systematic Berrut once all K systematic tasks returned):
+        waiting longer could not improve the answer.
+        """
+        returned = list(returned)
+        if len(returned) >= self.target(code) and code.can_decode(returned):
+            return True
+        return code.is_exact(returned)
 
     def validate(self, code: Code) -> None:
         """Raise ``ValueError`` if the code can never decode from what this policy waits for."""
