@@ -29,9 +29,10 @@ is hit would depend on the scheduler's placement rather than on the straggler ra
 with per-task draws every strategy's tasks straggle at the same rate wherever they run.
 
 The straggler plugin delays only dask-bacc's eval tasks, so plain tasks run through
-:func:`plain_task`, which asks the same worker plugin for the delay of its task and sleeps
-it. Plain jobs use their own ``seq`` numbers (``PLAIN_SEQ_BASE + round``), disjoint from
-dask-bacc's per-process job counter, so their draws are independent of the coded jobs'.
+:func:`dask_bacc.stragglers.plain_task`, which asks the same worker plugin for the
+delay of its task and sleeps it. Plain jobs use their own ``seq`` numbers
+(``PLAIN_SEQ_BASE + round``), disjoint from dask-bacc's per-process job counter, so their
+draws are independent of the coded jobs'.
 A plain task cannot be cancelled: its delay is a ``sleep``. A coded straggler's delay
 ends early once its job decoded (dask-bacc broadcasts that the job is done).
 
@@ -54,11 +55,10 @@ import time
 from typing import Any
 
 import numpy as np
-from distributed import Client, LocalCluster, get_worker
+from distributed import Client, LocalCluster
 
 import dask_bacc
-from dask_bacc.runtime.worker import STRAGGLER_PLUGIN_NAME
-from dask_bacc.stragglers import Bimodal, clear_stragglers, inject_stragglers
+from dask_bacc.stragglers import Bimodal, clear_stragglers, inject_stragglers, plain_task
 
 PLAIN_SEQ_BASE = 1_000_000_000  # plain jobs' straggler seq numbers, far above dask-bacc's
 
@@ -66,20 +66,6 @@ PLAIN_SEQ_BASE = 1_000_000_000  # plain jobs' straggler seq numbers, far above d
 def mlp(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray):
     """A two-layer perceptron forward pass, row by row: ``tanh(x W1 + b1) W2 + b2``."""
     return np.tanh(x @ w1 + b1) @ w2 + b2
-
-
-def plain_task(block: np.ndarray, seq: int, index: int, func: Any, *args: Any) -> np.ndarray:
-    """``func(block, *args)`` plus the straggler delay the worker's plugin draws for it."""
-    start = time.perf_counter()
-    out = func(block, *args)
-    elapsed = time.perf_counter() - start
-    worker = get_worker()
-    plugin = worker.plugins.get(STRAGGLER_PLUGIN_NAME)
-    if plugin is not None:
-        delay = plugin.delay(index=index, seq=seq, elapsed=elapsed, worker_name=str(worker.name))
-        if delay > 0:
-            time.sleep(delay)  # plain Dask cannot stop a running task
-    return out
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -13,14 +13,16 @@ job has decoded or been cancelled, so cancelled stragglers do not keep occupying
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from distributed import WorkerPlugin, default_client
 
-from .runtime.worker import STRAGGLER_PLUGIN_NAME
+from .runtime.worker import STRAGGLER_PLUGIN_NAME, injected_delay
 
 __all__ = [
     "Bimodal",
@@ -30,6 +32,7 @@ __all__ = [
     "StragglerPlugin",
     "clear_stragglers",
     "inject_stragglers",
+    "plain_task",
 ]
 
 
@@ -144,3 +147,22 @@ def clear_stragglers(client: Any = None) -> Any:
     """Remove the straggler plugin from the workers."""
     client = client if client is not None else default_client()
     return client.unregister_worker_plugin(STRAGGLER_PLUGIN_NAME)
+
+
+def plain_task(
+    block: Any, seq: int, index: int, func: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """An uncoded baseline task that meets the same injected stragglers as coded ones.
+
+    Runs ``func(block, *args, **kwargs)``, then sleeps the delay the worker's
+    :class:`StragglerPlugin` draws for task ``index`` of job ``seq``. The sleep is not
+    interruptible: plain Dask cannot stop a running task. Give baseline jobs ``seq``
+    numbers disjoint from dask-bacc's (which count 0, 1, 2, ... per client process), e.g.
+    ``client.map(plain_task, blocks, [10**9 + r] * K, range(K), [func] * K)``.
+    """
+    start = time.perf_counter()
+    out = func(block, *args, **kwargs)
+    delay = injected_delay(index, seq, time.perf_counter() - start)
+    if delay > 0:
+        time.sleep(delay)
+    return out

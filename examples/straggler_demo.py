@@ -19,7 +19,7 @@ row blocks, in four ways:
 How the plain baseline meets the same stragglers
 ------------------------------------------------
 The straggler plugin only delays dask-bacc's own eval tasks, so the plain tasks run
-through :func:`plain_task`, a wrapper that asks the same worker plugin
+through :func:`dask_bacc.stragglers.plain_task`, a wrapper that asks the same worker plugin
 (``get_worker().plugins["bacc-stragglers"].delay(...)``) for a delay after ``func``
 returns and sleeps for it. The draw for a task depends only on ``(seed, seq, index)``;
 plain jobs use their own ``seq`` numbers (from ``PLAIN_SEQ_BASE`` on), disjoint from
@@ -36,14 +36,12 @@ import itertools
 import statistics
 import sys
 import time
-from typing import Any
 
 import numpy as np
-from distributed import Client, LocalCluster, get_worker
+from distributed import Client, LocalCluster
 
 import dask_bacc
-from dask_bacc.runtime.worker import STRAGGLER_PLUGIN_NAME
-from dask_bacc.stragglers import Bimodal, clear_stragglers, inject_stragglers
+from dask_bacc.stragglers import Bimodal, clear_stragglers, inject_stragglers, plain_task
 
 # Plain jobs draw their stragglers with seq = PLAIN_SEQ_BASE + job number, far above the
 # seq numbers dask-bacc's coded jobs use (0, 1, 2, ... per client process).
@@ -54,20 +52,6 @@ CODED = ("berrut", "systematic-berrut", "repetition")
 def mlp(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray):
     """A two-layer perceptron forward pass, row by row: ``tanh(x W1 + b1) W2 + b2``."""
     return np.tanh(x @ w1 + b1) @ w2 + b2
-
-
-def plain_task(block: np.ndarray, seq: int, index: int, func: Any, *args: Any) -> np.ndarray:
-    """``func(block, *args)`` plus the straggler delay the worker's plugin draws for it."""
-    start = time.perf_counter()
-    out = func(block, *args)
-    elapsed = time.perf_counter() - start
-    worker = get_worker()
-    plugin = worker.plugins.get(STRAGGLER_PLUGIN_NAME)
-    if plugin is not None:
-        delay = plugin.delay(index=index, seq=seq, elapsed=elapsed, worker_name=str(worker.name))
-        if delay > 0:
-            time.sleep(delay)  # plain Dask cannot stop a running task
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,3 +84,17 @@ async def test_injected_stragglers_are_cancelled_and_interrupted(c, s, *workers)
     assert {entry[3] for entry in logged} == {3600.0}
     await clear_stragglers(client=c)
     assert not any(STRAGGLER_PLUGIN_NAME in w.plugins for w in workers)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_plain_task_draws_from_the_same_plugin(c, s, a, b):
+    from dask_bacc.stragglers import plain_task
+
+    await inject_stragglers(SlowWorkers(names=[a.name], delay=0.0, factor=1.0), client=c)
+    out = await c.submit(plain_task, np.arange(3.0), 10**9, 2, np.square, workers=[a.address])
+    np.testing.assert_array_equal(out, [0.0, 1.0, 4.0])
+    seq, index, name, delay = a.plugins[STRAGGLER_PLUGIN_NAME].log[-1]
+    assert (seq, index, name, delay) == (10**9, 2, str(a.name), 0.0)
+    # without a plugin the task just runs
+    await clear_stragglers(client=c)
+    assert await c.submit(plain_task, 2.0, 0, 0, np.sqrt, workers=[b.address]) == np.sqrt(2.0)

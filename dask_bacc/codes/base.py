@@ -52,16 +52,19 @@ class Code:
         self.K = K
         self.N = N
 
-    # -- points ------------------------------------------------------------------
+    # -- points (subclasses set ``_alpha`` and ``_z``) ----------------------------------
+    _alpha: np.ndarray
+    _z: np.ndarray
+
     @property
     def data_points(self) -> np.ndarray:
         """Interpolation points of the K data blocks, shape (K,)."""
-        raise NotImplementedError
+        return self._alpha.copy()
 
     @property
     def worker_points(self) -> np.ndarray:
         """Evaluation points of the N coded blocks, shape (N,)."""
-        raise NotImplementedError
+        return self._z.copy()
 
     # -- matrices ----------------------------------------------------------------
     def encoding_matrix(self) -> np.ndarray:

@@ -78,14 +78,6 @@ class BerrutCode(Code):
             self.systematic_workers = None
 
     @property
-    def data_points(self) -> np.ndarray:
-        return self._alpha.copy()
-
-    @property
-    def worker_points(self) -> np.ndarray:
-        return self._z.copy()
-
-    @property
     def min_results(self) -> int:
         return 1
 

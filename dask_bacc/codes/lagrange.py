@@ -75,14 +75,6 @@ class LagrangeCode(Code):
         self._z = chebyshev_second(self.N)
 
     @property
-    def data_points(self) -> np.ndarray:
-        return self._alpha.copy()
-
-    @property
-    def worker_points(self) -> np.ndarray:
-        return self._z.copy()
-
-    @property
     def min_results(self) -> int:
         return self.degree * (self.K - 1) + 1
 

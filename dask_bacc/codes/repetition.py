@@ -27,14 +27,9 @@ class RepetitionCode(Code):
         super().__init__(K, N)
         if self.N < self.K:
             raise ValueError(f"{type(self).__name__} needs N >= K, got K={self.K}, N={self.N}")
-
-    @property
-    def data_points(self) -> np.ndarray:
-        return np.arange(self.K, dtype=float)
-
-    @property
-    def worker_points(self) -> np.ndarray:
-        return (np.arange(self.N) % self.K).astype(float)
+        # nominal points: block j sits at j, coded task i at the block it copies
+        self._alpha = np.arange(self.K, dtype=float)
+        self._z = (np.arange(self.N) % self.K).astype(float)
 
     @property
     def min_results(self) -> int:

@@ -105,13 +105,14 @@ def eval_task(
     start = time.perf_counter()
     out = func(share, *args, **kwargs)
     elapsed = time.perf_counter() - start
-    delay = _injected_delay(index, seq, elapsed)
+    delay = injected_delay(index, seq, elapsed)
     if delay > 0:
         wait_done(token, delay)
     return check_result(out)
 
 
-def _injected_delay(index: int, seq: int, elapsed: float) -> float:
+def injected_delay(index: int, seq: int, elapsed: float) -> float:
+    """The straggler plugin's delay for coded task ``index`` of job ``seq`` (0 without one)."""
     try:
         from distributed import get_worker
 
