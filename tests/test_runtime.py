@@ -258,7 +258,7 @@ async def test_timeout_decodes_from_what_arrived(c, s, *workers):
         n_blocks=4,
         n_coded=8,
         wait=8,
-        timeout=3,
+        timeout=5,
         client=c,
     )
     out = await job

@@ -205,7 +205,7 @@ class CodedJob:
         self._done_event.set()
 
     async def _loop(self) -> Any:
-        poll = float(_seconds(config.get("poll-interval", "100ms")))
+        poll = float(_seconds(config.get("poll-interval", "500ms")))
         deadline = None if self.timeout is None else self._start + self.timeout
         pending = dict(self._evals)  # coded tasks not yet finished
         usable: list[int] = []  # finished, valid, in arrival order
