@@ -80,6 +80,13 @@ BAD_INPUTS = [
         ValueError,
         "K=3",
     ),
+    (
+        "code instance with N <= K",
+        (np.tanh, X),
+        {"n_blocks": 2, "code": BerrutCode(2, 2)},
+        ValueError,
+        "N <= K",
+    ),
     ("wait zero", (np.tanh, X), {"n_blocks": 2, "wait": 0}, ValueError, "wait must be >= 1"),
     ("wait above N", (np.tanh, X), {"n_blocks": 2, "n_coded": 4, "wait": 5}, ValueError, "exceeds"),
     ("wait fraction above 1", (np.tanh, X), {"n_blocks": 2, "wait": 1.5}, ValueError, r"\(0, 1\]"),

@@ -62,6 +62,8 @@ def _build_code(
     if isinstance(code, Code):
         if code.K != K:
             raise ValueError(f"the code is for K={code.K} blocks but the data has K={K}")
+        if code.name != "uncoded" and code.N <= code.K:
+            raise ValueError(f"{code!r} has N <= K: coded computing needs N > K")
         return code
     name = code.lower().replace("_", "-")
     if name == "systematic-berrut":
