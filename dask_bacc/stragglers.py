@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from distributed import WorkerPlugin, default_client
 
-from .runtime.worker import STRAGGLER_PLUGIN_NAME, injected_delay
+from .runtime.worker import STRAGGLER_PLUGIN_NAME, straggler_plugin
 
 __all__ = [
     "Bimodal",
@@ -33,6 +33,7 @@ __all__ = [
     "clear_stragglers",
     "inject_stragglers",
     "plain_task",
+    "task_seconds",
 ]
 
 
@@ -123,11 +124,16 @@ class StragglerPlugin(WorkerPlugin):
     model: StragglerModel
     seed: int = 0
     name: str = STRAGGLER_PLUGIN_NAME
-    log: deque = field(default_factory=lambda: deque(maxlen=10_000), repr=False)
+    log: deque = field(default_factory=lambda: deque(maxlen=100_000), repr=False)
+    busy: deque = field(default_factory=lambda: deque(maxlen=100_000), repr=False)
 
     def __post_init__(self):
         if not isinstance(self.model, StragglerModel):
             raise TypeError(f"model must be a StragglerModel, got {type(self.model).__name__}")
+
+    def record(self, *, seq: int, index: int, seconds: float, worker_name: str) -> None:
+        """Note that task ``index`` of job ``seq`` occupied a thread for ``seconds``."""
+        self.busy.append((seq, index, worker_name, seconds))
 
     def delay(self, *, index: int, seq: int, elapsed: float, worker_name: str) -> float:
         """Seconds to delay coded task ``index`` of job number ``seq`` on this worker."""
@@ -162,7 +168,32 @@ def plain_task(
     """
     start = time.perf_counter()
     out = func(block, *args, **kwargs)
-    delay = injected_delay(index, seq, time.perf_counter() - start)
-    if delay > 0:
-        time.sleep(delay)
+    plugin, name = straggler_plugin()
+    if plugin is not None:
+        delay = plugin.delay(
+            index=index, seq=seq, elapsed=time.perf_counter() - start, worker_name=name
+        )
+        if delay > 0:
+            time.sleep(delay)
+        plugin.record(seq=seq, index=index, seconds=time.perf_counter() - start, worker_name=name)
     return out
+
+
+def task_seconds(client: Any = None) -> list[tuple[int, int, str, float]]:
+    """Thread-seconds each instrumented task occupied: ``(seq, index, worker, seconds)``.
+
+    Recorded by the :class:`StragglerPlugin` for every dask-bacc eval task and every
+    :func:`plain_task` that ran to the end on a worker, including cancelled stragglers
+    (their delay counts until it was interrupted). Benchmarks sum it as compute spent.
+    """
+    client = client if client is not None else default_client()
+
+    def collect(dask_worker: Any) -> list:
+        plugin = dask_worker.plugins.get(STRAGGLER_PLUGIN_NAME)
+        return list(plugin.busy) if plugin is not None else []
+
+    async def gather() -> list[tuple[int, int, str, float]]:
+        per_worker = await client.run(collect, asynchronous=True)
+        return [tuple(entry) for entries in per_worker.values() for entry in entries]
+
+    return client.sync(gather)

@@ -17,6 +17,7 @@ from dask_bacc.stragglers import (
     StragglerPlugin,
     clear_stragglers,
     inject_stragglers,
+    task_seconds,
 )
 
 
@@ -82,6 +83,11 @@ async def test_injected_stragglers_are_cancelled_and_interrupted(c, s, *workers)
         await asyncio.sleep(0.01)
     logged = [entry for w in slow for entry in w.plugins[STRAGGLER_PLUGIN_NAME].log]
     assert {entry[3] for entry in logged} == {3600.0}
+    # compute spent: every eval recorded the thread time it occupied, the interrupted
+    # stragglers included (far less than the hour they drew)
+    spent = await task_seconds(client=c)
+    assert sorted(index for _, index, _, _ in spent) == list(range(8))
+    assert all(0 <= seconds < 3600 for *_, seconds in spent)
     await clear_stragglers(client=c)
     assert not any(STRAGGLER_PLUGIN_NAME in w.plugins for w in workers)
 

@@ -104,25 +104,26 @@ def eval_task(
         return None
     start = time.perf_counter()
     out = func(share, *args, **kwargs)
-    elapsed = time.perf_counter() - start
-    delay = injected_delay(index, seq, elapsed)
-    if delay > 0:
-        wait_done(token, delay)
+    plugin, name = straggler_plugin()
+    if plugin is not None:
+        delay = plugin.delay(
+            index=index, seq=seq, elapsed=time.perf_counter() - start, worker_name=name
+        )
+        if delay > 0:
+            wait_done(token, delay)
+        plugin.record(seq=seq, index=index, seconds=time.perf_counter() - start, worker_name=name)
     return check_result(out)
 
 
-def injected_delay(index: int, seq: int, elapsed: float) -> float:
-    """The straggler plugin's delay for coded task ``index`` of job ``seq`` (0 without one)."""
+def straggler_plugin() -> tuple[Any, str]:
+    """This worker's straggler plugin (or None) and the worker's name."""
     try:
         from distributed import get_worker
 
         worker = get_worker()
     except ValueError:  # not on a worker (e.g. a test calling the task directly)
-        return 0.0
-    plugin = worker.plugins.get(STRAGGLER_PLUGIN_NAME)
-    if plugin is None:
-        return 0.0
-    return float(plugin.delay(index=index, seq=seq, elapsed=elapsed, worker_name=str(worker.name)))
+        return None, ""
+    return worker.plugins.get(STRAGGLER_PLUGIN_NAME), str(worker.name)
 
 
 def check_result(out: Any) -> np.ndarray:
