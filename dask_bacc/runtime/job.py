@@ -21,14 +21,7 @@ from ..collections import Blocks
 from ..exceptions import InsufficientResults
 from .report import JobReport
 from .wait import WaitPolicy
-from .worker import (
-    InvalidInput,
-    decode_task,
-    encode_task,
-    eval_task,
-    inspect_task,
-    mark_done,
-)
+from .worker import InvalidInput, decode_task, encode_task, eval_task, inspect_task, mark_done
 
 __all__ = ["CodedJob"]
 
@@ -97,6 +90,12 @@ class CodedJob:
         self._done_event = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.decoded_futures: list[Any] = []
+        # loop state: coded tasks not yet finished, and finished valid ones in arrival order
+        self._pending: dict[int, Any] = {}
+        self._usable: list[int] = []
+        self._index_of: dict[Any, int] = {}
+        self._ac: as_completed | None = None
+        self._live: set[str] | None = None  # workers seen at the last check
 
     # -- user API --------------------------------------------------------------------
     def done(self) -> bool:
@@ -146,7 +145,24 @@ class CodedJob:
             await self._finish()
 
     # -- submission ---------------------------------------------------------------------
-    async def _submit(self) -> None:
+    def _submit_eval(self, i: int, addr: str, share: Any, name: str = "bacc-eval") -> Any:
+        """Coded task ``i``: ``func`` on ``share``, strictly pinned to worker ``addr``."""
+        return self.client.submit(
+            eval_task,
+            self.token,
+            i,
+            self.seq,
+            self.func,
+            share,
+            self.args,
+            self.kwargs,
+            key=(f"{name}-{self.token}", i),
+            workers=[addr],
+            allow_other_workers=False,
+        )
+
+    async def _launch(self) -> None:
+        """Submit the chunk, encode and eval tasks."""
         client, tok, E = self.client, self.token, self.code.encoding_matrix()
         self._chunks = await self.blocks.to_futures(client)
         for i, addr in enumerate(self.report.workers):
@@ -160,19 +176,10 @@ class CodedJob:
                 allow_other_workers=False,
             )
             self._encodes.append(share)
-            self._evals[i] = client.submit(
-                eval_task,
-                tok,
-                i,
-                self.seq,
-                self.func,
-                share,
-                self.args,
-                self.kwargs,
-                key=(f"bacc-eval-{tok}", i),
-                workers=[addr],
-                allow_other_workers=False,
-            )
+            self._evals[i] = self._submit_eval(i, addr, share)
+
+    async def _submit(self) -> None:
+        await self._launch()
         self._task = asyncio.ensure_future(self._run())
         _running.add(self._task)
         self._task.add_done_callback(_running.discard)
@@ -204,17 +211,34 @@ class CodedJob:
         self._finished = True
         self._done_event.set()
 
+    def _track(self, i: int, fut: Any) -> None:
+        """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
+        self._evals[i] = fut
+        self._pending[i] = fut
+        self._index_of[fut.key] = i
+        if self._ac is not None:
+            self._ac.add(fut)
+
+    async def _tick(self) -> None:
+        """Called on every turn of the loop; strategies that launch tasks late override it."""
+
+    def _tick_interval(self, poll: float) -> float:
+        return poll
+
     async def _loop(self) -> Any:
         poll = float(_seconds(config.get("poll-interval", "500ms")))
+        tick = self._tick_interval(poll)
         deadline = None if self.timeout is None else self._start + self.timeout
-        pending = dict(self._evals)  # coded tasks not yet finished
-        usable: list[int] = []  # finished, valid, in arrival order
-        ac = as_completed(list(self._evals.values()), raise_errors=False)
-        index_of = {f.key: i for i, f in self._evals.items()}
+        self._ac = ac = as_completed(loop=self.client.loop, raise_errors=False)
+        for i, fut in list(self._evals.items()):
+            self._track(i, fut)
+        pending, usable, index_of = self._pending, self._usable, self._index_of
         last_check = 0.0
         rep = self.report
 
         while True:
+            if self._stage_kind is None:
+                await self._tick()
             if self._stage_kind is None:
                 trigger = None
                 if self.policy.is_met(usable, self.code):
@@ -229,9 +253,9 @@ class CodedJob:
                     rep.trigger = trigger
                     self._start_inspect(usable, ac)
 
-            wait_for = poll
+            wait_for = tick
             if deadline is not None and self._stage_kind is None:
-                wait_for = max(0.0, min(poll, deadline - time.perf_counter()))
+                wait_for = max(0.0, min(tick, deadline - time.perf_counter()))
             try:
                 fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
             except (asyncio.TimeoutError, StopAsyncIteration):
@@ -256,7 +280,7 @@ class CodedJob:
 
             if time.perf_counter() - last_check >= poll:
                 last_check = time.perf_counter()
-                await self._check_workers(pending, usable)
+                await self._check_workers()
 
     # -- stages: inspect results, then decode ----------------------------------------
     def _start_inspect(self, usable: list[int], ac: as_completed) -> None:
@@ -292,9 +316,7 @@ class CodedJob:
             )
         self._stage, self._stage_kind = futs, "decode"
         self.report.straggled = [
-            i
-            for i in range(self.code.N)
-            if i not in self.report.arrival and i not in self.report.failed
+            i for i in self._evals if i not in self.report.arrival and i not in self.report.failed
         ]
         ac.update(futs)
 
@@ -345,10 +367,11 @@ class CodedJob:
         self.report.time_to_decode = self._elapsed()
         return output
 
-    async def _check_workers(self, pending: dict[int, Any], usable: list[int]) -> None:
+    async def _check_workers(self) -> None:
         """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
+        pending, usable = self._pending, self._usable
         info = await self.client.scheduler.identity(n_workers=-1)
-        live = set(info.get("workers", {}))
+        live = self._live = set(info.get("workers", {}))
         for i in [i for i in pending if self.report.workers[i] not in live]:
             del pending[i]
             self.report.failed[i] = f"worker {self.report.workers[i]} left before returning"
@@ -388,7 +411,7 @@ class CodedJob:
     async def _cleanup(self) -> None:
         """Tell workers the job is over, cancel stragglers, release every reference."""
         pending = [f for f in self._evals.values() if f.status == "pending"]
-        self.report.cancelled = len(pending)
+        self.report.cancelled += len(pending)
         client = self.client
         try:  # only live workers: a broadcast to a dead one waits for its connect timeout
             info = await client.scheduler.identity(n_workers=-1)

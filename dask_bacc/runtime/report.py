@@ -37,7 +37,10 @@ class JobReport:
     failed : dict of int to str
         Coded tasks that failed, with the reason (exception, NaN/inf, wrong shape, worker left).
     cancelled : int
-        Straggling eval tasks cancelled after decoding.
+        Eval tasks cancelled while still running or queued (stragglers after decoding; with
+        the speculative strategy also the losing copy of a block).
+    backups : list of int
+        Speculative strategy: backup copies launched (coded index ``K + j`` copies block j).
     arrival : dict of int to float
         When each finished result arrived.
     trigger : str or None
@@ -65,6 +68,7 @@ class JobReport:
     late: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     cancelled: int = 0
+    backups: list[int] = field(default_factory=list)
     arrival: dict[int, float] = field(default_factory=dict)
     trigger: str | None = None
     time_to_decode: float | None = None
@@ -91,7 +95,8 @@ class JobReport:
             f"  time to decode {t(self.time_to_decode)}, slowest result used "
             f"{t(self.slowest_used)}",
             f"  straggled {len(self.straggled)} (cancelled {self.cancelled}), late "
-            f"{len(self.late)}, failed {len(self.failed)}",
+            f"{len(self.late)}, failed {len(self.failed)}"
+            + (f", backups {len(self.backups)}" if self.backups else ""),
         ]
         for i, reason in sorted(self.failed.items()):
             lines.append(

@@ -14,6 +14,7 @@ from ..codes import Code, get_code
 from ..collections import adapt, is_numpy
 from .job import CodedJob
 from .placement import choose_workers
+from .speculative import Speculation, SpeculativeJob, speculative_placement
 from .wait import WaitPolicy, resolve_wait
 
 __all__ = ["map_coded", "submit_coded"]
@@ -105,28 +106,39 @@ async def _submit(
         blocks=blocks,
         max_blocks=max(1, int(n_workers / max(redundancy, 1.0))),
     )
-    coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
-    policy = resolve_wait(wait, coder)
-    placement = choose_workers(
-        workers,
-        coder.N,
-        spread_hosts=bool(config.get("spread-hosts", True)),
-        oversubscribe=str(config.get("oversubscribe", "raise")),
-    )
     if timeout is None:
         timeout = config.get("timeout", None)
-    job = CodedJob(
-        client,
-        coder,
-        data_blocks,
-        func,
-        args,
-        kwargs,
-        policy,
-        None if timeout is None else float(timeout),
-        combine,
-        placement,
-    )
+    timeout = None if timeout is None else float(timeout)
+    if isinstance(code, str) and code.lower() == "speculative":
+        if n_coded is not None or wait is not None:
+            raise ValueError(
+                "code='speculative' runs K tasks plus backups and waits for every block: "
+                "n_coded and wait do not apply"
+            )
+        rule = Speculation.from_options(code_options)
+        job: CodedJob = SpeculativeJob(
+            client,
+            data_blocks,
+            func,
+            args,
+            kwargs,
+            rule,
+            timeout,
+            combine,
+            speculative_placement(workers, data_blocks.K),
+        )
+    else:
+        coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
+        policy = resolve_wait(wait, coder)
+        placement = choose_workers(
+            workers,
+            coder.N,
+            spread_hosts=bool(config.get("spread-hosts", True)),
+            oversubscribe=str(config.get("oversubscribe", "raise")),
+        )
+        job = CodedJob(
+            client, coder, data_blocks, func, args, kwargs, policy, timeout, combine, placement
+        )
     await job._submit()
     return job
 
