@@ -437,7 +437,12 @@ class CodedJob:
         if cancel:
             jobs.append(client.cancel(cancel, asynchronous=True, reason="bacc: not needed"))
         await asyncio.gather(*jobs, return_exceptions=True)
+        # drop every reference, the as_completed queue included (it may hold finished
+        # futures the loop never took out), so the scheduler can forget the job's tasks
+        self._ac = None
         self._evals.clear()
+        self._pending.clear()
+        self._index_of.clear()
         self._encodes.clear()
         self._chunks.clear()
         self._stage = []
