@@ -89,7 +89,7 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     assert rep.failed == {}
     assert len(set(rep.workers)) == 8  # one coded task per distinct worker
     np.testing.assert_allclose(
-        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-14
+        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
     )
     # every worker was told the job is over
     assert all(is_done(job.token) for _ in workers)
@@ -142,7 +142,9 @@ async def test_eval_that_raises_is_an_erasure(c, s, *workers):
     assert "ZeroDivisionError: injected failure" in rep.failed[i_bad]
     assert i_bad not in rep.returned and len(rep.returned) == 7
     assert rep.trigger == "exhausted"
-    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+    np.testing.assert_allclose(
+        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize(
@@ -163,7 +165,9 @@ async def test_invalid_results_are_erasures(c, s, *workers, kind, reason):
     assert reason in rep.failed[i_bad]
     assert i_bad not in rep.returned
     assert np.isfinite(out).all()
-    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+    np.testing.assert_allclose(
+        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
+    )
 
 
 @gen_cluster(client=True, nthreads=EIGHT)
@@ -201,7 +205,9 @@ async def test_worker_closed_mid_job(c, s, *workers):
     (i_gone,) = indices_on(rep, [leaving])
     assert "left" in rep.failed[i_gone]
     assert rep.trigger == "exhausted" and len(rep.returned) == 7
-    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+    np.testing.assert_allclose(
+        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
+    )
     await release.set()
 
 
@@ -227,7 +233,9 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
     rep = job.report
     assert rep.trigger == "exhausted"
     assert len(rep.failed) == 1 and "left" in next(iter(rep.failed.values()))
-    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+    np.testing.assert_allclose(
+        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
+    )
 
     # now every worker blocks, and every worker dies: an error, never a hang
     info = await c.scheduler.identity(n_workers=-1)
@@ -265,7 +273,9 @@ async def test_timeout_decodes_from_what_arrived(c, s, *workers):
     rep = job.report
     assert rep.trigger == "timeout"
     assert set(rep.straggled) == indices_on(rep, slow)
-    np.testing.assert_allclose(out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12)
+    np.testing.assert_allclose(
+        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
+    )
     await release.set()
 
 
@@ -374,5 +384,5 @@ async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
     assert job.report.workers == placement
     out = await job
     assert set(job.report.returned) == systematic and job.report.trigger == "wait"
-    np.testing.assert_allclose(out, np.tanh(X), rtol=1e-12)
+    np.testing.assert_allclose(out, np.tanh(X), rtol=1e-12, atol=1e-12)
     await release.set()

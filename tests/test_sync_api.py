@@ -43,7 +43,7 @@ def test_map_coded_with_default_client(client):
     code = get_code(**rep.code)
     coded = code.encode(np.stack(np.split(X, 3)))
     expected = code.decode(np.tanh(coded[rep.returned]), rep.returned)
-    np.testing.assert_allclose(out, np.concatenate(expected), rtol=1e-12)
+    np.testing.assert_allclose(out, np.concatenate(expected), rtol=1e-12, atol=1e-12)
     text = repr(rep)
     assert "K=3 N=6" in text and "decoded on wait" in text
     assert "status=finished" in repr(job)

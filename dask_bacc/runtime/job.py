@@ -83,6 +83,9 @@ class CodedJob:
         self._stage_used: list[int] = []
         self._specs: dict[int, tuple[tuple[int, ...], str]] = {}
         self._inspect_indices: list[int] = []
+        self._inspect: Any = None
+        self._decodes: list[Any] = []
+        self._decode_error: Any = None
         self._attempt = 0
         self._output: Any = None
         self._exception: BaseException | None = None
@@ -251,7 +254,7 @@ class CodedJob:
                     if not usable or not self.code.can_decode(usable):
                         raise self._insufficient(usable, pending, trigger)
                     rep.trigger = trigger
-                    self._start_inspect(usable, ac)
+                    self._start_stage(usable, ac)
 
             wait_for = tick
             if deadline is not None and self._stage_kind is None:
@@ -282,31 +285,30 @@ class CodedJob:
                 last_check = time.perf_counter()
                 await self._check_workers()
 
-    # -- stages: inspect results, then decode ----------------------------------------
-    def _start_inspect(self, usable: list[int], ac: as_completed) -> None:
-        self._attempt += 1
-        new = [i for i in usable if i not in self._specs]
-        self._stage_used = list(usable)
-        if not new:
-            self._start_decode(ac)
-            return
-        fut = self.client.submit(
-            inspect_task,
-            *[self._evals[i] for i in new],
-            key=(f"bacc-inspect-{self.token}", self._attempt),
-        )
-        self._inspect_indices = new
-        self._stage, self._stage_kind = [fut], "inspect"
-        ac.add(fut)
+    # -- the decode stage: inspect the new results and decode, concurrently ------------
+    def _start_stage(self, usable: list[int], ac: as_completed) -> None:
+        """Submit the decode tasks, and an inspect task for results whose shape is unknown.
 
-    def _start_decode(self, ac: as_completed) -> None:
-        used = self._stage_used
+        Both run at once: if the inspection finds inconsistent results, the decode is
+        cancelled and redone without them (rare), so the common case costs one hop.
+        """
+        self._attempt += 1
+        used = self._stage_used = list(usable)
+        new = [i for i in used if i not in self._specs]
+        self._inspect = None
+        if new:
+            self._inspect = self.client.submit(
+                inspect_task,
+                *[self._evals[i] for i in new],
+                key=(f"bacc-inspect-{self.token}", self._attempt),
+            )
+            self._inspect_indices = new
         D = self.code.decoding_matrix(used)
         name = f"bacc-decode-{self.token}" + (f"-r{self._attempt}" if self._attempt > 1 else "")
-        futs = []
+        self._decodes = []
         for j in range(self.code.K):
             nz = np.flatnonzero(D[j])
-            futs.append(
+            self._decodes.append(
                 self.client.submit(
                     decode_task,
                     D[j, nz],
@@ -314,42 +316,46 @@ class CodedJob:
                     key=(name, j),
                 )
             )
-        self._stage, self._stage_kind = futs, "decode"
+        self._decode_error = None
+        self._stage = ([self._inspect] if self._inspect is not None else []) + self._decodes
+        self._stage_kind = "decode"
         self.report.straggled = [
             i for i in self._evals if i not in self.report.arrival and i not in self.report.failed
         ]
-        ac.update(futs)
+        ac.update(self._stage)
 
     async def _stage_event(self, fut: Any, usable: list[int], ac: as_completed) -> Any:
         if not any(fut is f for f in self._stage):
             return _NOTHING  # from an abandoned stage
-        if fut.status != "finished":
-            exc = await fut.exception(asynchronous=True) if fut.status == "error" else None
-            raise RuntimeError(
-                f"coded job {self.token}: {self._stage_kind} task failed: "
-                f"{_describe(exc) if exc else fut.status}"
-            ) from exc
-        if self._stage_kind == "inspect":
+        if fut is self._inspect:
+            if fut.status != "finished":
+                raise await self._stage_failure(fut, "inspect")
+            self._inspect = None
             specs = await self.client.gather(fut, asynchronous=True)
             self._specs.update(zip(self._inspect_indices, specs, strict=True))
-            self._stage, self._stage_kind = [], None
             inspected = [i for i in usable if i in self._specs]
             expected = Counter(self._specs[i] for i in inspected).most_common(1)[0][0]
             bad = [i for i in inspected if self._specs[i] != expected]
-            for i in bad:
-                shape, dtype = self._specs[i]
-                self.report.failed[i] = (
-                    f"InvalidResult: result shape {shape} dtype {dtype} differs from the "
-                    f"shape {expected[0]} dtype {expected[1]} of the other results"
-                )
-                usable.remove(i)
             if bad:
+                for i in bad:
+                    shape, dtype = self._specs[i]
+                    self.report.failed[i] = (
+                        f"InvalidResult: result shape {shape} dtype {dtype} differs from the "
+                        f"shape {expected[0]} dtype {expected[1]} of the other results"
+                    )
+                    usable.remove(i)
+                decodes, self._stage, self._stage_kind = self._decodes, [], None
+                await self.client.cancel(decodes, asynchronous=True)
                 return _NOTHING  # the loop re-checks the wait policy
-            self._start_decode(ac)
+        elif fut.status != "finished" and self._decode_error is None:
+            self._decode_error = fut  # maybe from the inconsistent shapes: await the verdict
+        if self._inspect is not None:
             return _NOTHING
-        # decode stage
-        if not all(f.status == "finished" for f in self._stage):
+        if self._decode_error is not None:
+            raise await self._stage_failure(self._decode_error, "decode")
+        if not all(f.status == "finished" for f in self._decodes):
             return _NOTHING
+        self._stage = self._decodes
         self.report.returned = list(self._stage_used)
         self.report.late = [i for i in usable if i not in set(self._stage_used)]
         self.report.slowest_used = max(self.report.arrival[i] for i in self._stage_used)
@@ -366,6 +372,14 @@ class CodedJob:
             output = self.blocks.assemble(self._stage, shape, out_dtype, self.combine)
         self.report.time_to_decode = self._elapsed()
         return output
+
+    async def _stage_failure(self, fut: Any, what: str) -> Exception:
+        exc = await fut.exception(asynchronous=True) if fut.status == "error" else None
+        error = RuntimeError(
+            f"coded job {self.token}: {what} task failed: {_describe(exc) if exc else fut.status}"
+        )
+        error.__cause__ = exc
+        return error
 
     async def _check_workers(self) -> None:
         """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
@@ -445,7 +459,7 @@ class CodedJob:
         self._index_of.clear()
         self._encodes.clear()
         self._chunks.clear()
-        self._stage = []
+        self._stage, self._decodes, self._inspect, self._decode_error = [], [], None, None
 
 
 class _Nothing:
