@@ -345,7 +345,10 @@ async def test_round_trips_numpy_list_dask(c, s, *workers):
     y = await job
     assert isinstance(y, da.Array)
     np.testing.assert_allclose(
-        await c.compute(y), np.concatenate(expected_decode(job.report, np.tanh, X)), rtol=1e-12
+        await c.compute(y),
+        np.concatenate(expected_decode(job.report, np.tanh, X)),
+        rtol=1e-12,
+        atol=1e-12,
     )
     s_out = await dask_bacc.map_coded(np.sum, x, client=c, code="uncoded")
     assert s_out.shape == (4,)
