@@ -91,8 +91,9 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     np.testing.assert_allclose(
         out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
     )
-    # every worker was told the job is over
-    assert all(is_done(job.token) for _ in workers)
+    # every worker is told the job is over (right after the result is handed over)
+    while not is_done(job.token):
+        await asyncio.sleep(0.01)
     # the stragglers' eval tasks were cancelled: the scheduler holds no task of this job
     while any(job.token in str(k) for k in s.tasks):
         await asyncio.sleep(0.01)

@@ -210,9 +210,11 @@ class CodedJob:
         self.report.error = "cancelled by the user"
 
     async def _finish(self) -> None:
-        await self._cleanup()
+        # the result is handed over before the clean-up round trips: nobody waits on them
+        cancel = self._release()
         self._finished = True
         self._done_event.set()
+        await self._stop_work(cancel)
 
     def _track(self, i: int, fut: Any) -> None:
         """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
@@ -422,35 +424,13 @@ class CodedJob:
             + f" [{trigger}]"
         )
 
-    async def _cleanup(self) -> None:
-        """Tell workers the job is over, cancel stragglers, release every reference."""
+    def _release(self) -> list[Any]:
+        """Count the stragglers, drop every reference; return the futures left to cancel."""
         pending = [f for f in self._evals.values() if f.status == "pending"]
         self.report.cancelled += len(pending)
-        client = self.client
-        try:  # only live workers: a broadcast to a dead one waits for its connect timeout
-            info = await client.scheduler.identity(n_workers=-1)
-            workers = sorted(set(self.report.workers) & set(info.get("workers", {})))
-        except Exception:
-            workers = []
-        cancel = list(pending) + [f for f in self._stage if f.status == "pending"]
+        cancel = pending + [f for f in self._stage if f.status == "pending"]
         if self.report.status != "finished":
             cancel += [f for f in self.decoded_futures if f.status == "pending"]
-
-        async def broadcast() -> None:
-            try:
-                await asyncio.wait_for(
-                    client.run(
-                        mark_done, self.token, workers=workers, on_error="ignore", asynchronous=True
-                    ),
-                    timeout=5,
-                )
-            except Exception:
-                pass
-
-        jobs = [broadcast()] if workers else []
-        if cancel:
-            jobs.append(client.cancel(cancel, asynchronous=True, reason="bacc: not needed"))
-        await asyncio.gather(*jobs, return_exceptions=True)
         # drop every reference, the as_completed queue included (it may hold finished
         # futures the loop never took out), so the scheduler can forget the job's tasks
         self._ac = None
@@ -460,6 +440,29 @@ class CodedJob:
         self._encodes.clear()
         self._chunks.clear()
         self._stage, self._decodes, self._inspect, self._decode_error = [], [], None, None
+        return cancel
+
+    async def _stop_work(self, cancel: list[Any]) -> None:
+        """Tell the job's workers it is over (evals not yet started skip ``func``, injected
+        delays end) and cancel the straggling tasks. Best effort: errors are ignored."""
+        client = self.client
+
+        async def broadcast() -> None:
+            # only live workers: a broadcast to a dead one waits for its connect timeout
+            info = await client.scheduler.identity(n_workers=-1)
+            workers = sorted(set(self.report.workers) & set(info.get("workers", {})))
+            if workers:
+                await asyncio.wait_for(
+                    client.run(
+                        mark_done, self.token, workers=workers, on_error="ignore", asynchronous=True
+                    ),
+                    timeout=5,
+                )
+
+        jobs = [broadcast()]
+        if cancel:
+            jobs.append(client.cancel(cancel, asynchronous=True, reason="bacc: not needed"))
+        await asyncio.gather(*jobs, return_exceptions=True)
 
 
 class _Nothing:
