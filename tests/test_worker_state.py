@@ -75,3 +75,17 @@ def test_encode_and_decode_tasks():
     np.testing.assert_allclose(worker.decode_task(np.array([0.5, 0.5]), a, b), 2.0)
     assert worker.decode_task(np.array([1.0]), ints) is ints
     assert worker.inspect_task(a, ints) == [((2, 2), "<f8"), ((4,), ints.dtype.str)]
+
+
+def test_weighted_sum_matches_tensordot_across_tiles_and_dtypes():
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((5, 7)) for _ in range(4)]
+    w = rng.standard_normal(4)
+    expected = np.tensordot(w, np.stack(arrays), axes=1)
+    for tile in (1, 3, 35, 1 << 16):  # tiles smaller than, dividing and exceeding the size
+        np.testing.assert_allclose(worker.weighted_sum(w, arrays, tile=tile), expected, rtol=1e-13)
+    f32 = worker.weighted_sum(w, [a.astype(np.float32) for a in arrays])
+    assert f32.dtype == np.float32
+    ints = worker.weighted_sum(np.array([0.5, 0.5]), [np.arange(3), np.arange(3) + 1])
+    assert ints.dtype == np.float64
+    np.testing.assert_allclose(ints, [0.5, 1.5, 2.5])

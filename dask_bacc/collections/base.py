@@ -59,6 +59,9 @@ class Blocks:
 
     kind = "abstract"
     gather_output = True
+    #: The blocks are in this process (NumPy): encoding them here costs one matmul and ships
+    #: N coded shares, instead of K chunks that every one of N encode tasks must fetch.
+    local = False
 
     def __init__(self, K: int, block_shape: tuple[int, ...], dtype: np.dtype):
         if K < 1:
@@ -76,6 +79,10 @@ class Blocks:
     async def to_futures(self, client: Any) -> list[Any]:
         """Futures of the K blocks on the cluster (one per block, in order)."""
         raise NotImplementedError
+
+    def stacked(self) -> np.ndarray:
+        """The K blocks as one (K, ...) array (``local`` adapters only)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps its blocks on the cluster")
 
     def assemble(
         self,

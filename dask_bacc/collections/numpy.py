@@ -30,6 +30,7 @@ class NumpyBlocks(Blocks):
     """A NumPy array split along axis 0 into K equal blocks; the output is NumPy too."""
 
     kind = "numpy"
+    local = True
 
     def __init__(
         self,
@@ -53,6 +54,9 @@ class NumpyBlocks(Blocks):
     def split(self) -> list[np.ndarray]:
         b = self.block_shape[0]
         return [self.data[j * b : (j + 1) * b] for j in range(self.K)]
+
+    def stacked(self) -> np.ndarray:
+        return self.data.reshape((self.K, *self.block_shape))
 
     async def to_futures(self, client: Any) -> list[Any]:
         # Tasks, not scatter: the scheduler keeps each block in its task spec, so a block
@@ -98,6 +102,9 @@ class ListBlocks(NumpyBlocks):
 
     def split(self) -> list[np.ndarray]:
         return self.arrays
+
+    def stacked(self) -> np.ndarray:
+        return np.stack(self.arrays)
 
     def assemble(
         self,

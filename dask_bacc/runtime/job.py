@@ -165,15 +165,27 @@ class CodedJob:
         )
 
     async def _launch(self) -> None:
-        """Submit the chunk, encode and eval tasks."""
-        client, tok, E = self.client, self.token, self.code.encoding_matrix()
-        self._chunks = await self.blocks.to_futures(client)
+        """Submit the encode and eval tasks (and the chunk tasks, for data on the cluster)."""
+        client, tok = self.client, self.token
+        if self.blocks.local:
+            # NumPy data is here: one matmul encodes it, and each pinned encode task just
+            # holds its share (kept in the task spec, so a lost share is recomputed)
+            shares = self.code.encode(self.blocks.stacked())
+            if shares.dtype.kind == "f" and not np.isfinite(shares).all():
+                raise ValueError("encoding overflowed to inf: rescale the data")
+            encode = [(np.asarray, (shares[i],)) for i in range(self.code.N)]
+        else:
+            self._chunks = await self.blocks.to_futures(client)
+            E = self.code.encoding_matrix()
+            encode = []
+            for i in range(self.code.N):
+                nz = np.flatnonzero(E[i])
+                encode.append((encode_task, (E[i, nz], *[self._chunks[j] for j in nz])))
         for i, addr in enumerate(self.report.workers):
-            nz = np.flatnonzero(E[i])
+            fn, args = encode[i]
             share = client.submit(
-                encode_task,
-                E[i, nz],
-                *[self._chunks[j] for j in nz],
+                fn,
+                *args,
                 key=(f"bacc-encode-{tok}", i),
                 workers=[addr],
                 allow_other_workers=False,
@@ -297,12 +309,17 @@ class CodedJob:
         self._attempt += 1
         used = self._stage_used = list(usable)
         new = [i for i in used if i not in self._specs]
+        # every decode task needs every used result: run them where the first result is,
+        # so each result crosses the network once (loosely: elsewhere if that worker goes)
+        near = [self.report.workers[used[0]]]
         self._inspect = None
         if new:
             self._inspect = self.client.submit(
                 inspect_task,
                 *[self._evals[i] for i in new],
                 key=(f"bacc-inspect-{self.token}", self._attempt),
+                workers=near,
+                allow_other_workers=True,
             )
             self._inspect_indices = new
         D = self.code.decoding_matrix(used)
@@ -316,6 +333,8 @@ class CodedJob:
                     D[j, nz],
                     *[self._evals[used[col]] for col in nz],
                     key=(name, j),
+                    workers=near,
+                    allow_other_workers=True,
                 )
             )
         self._decode_error = None
