@@ -390,3 +390,32 @@ async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
     assert set(job.report.returned) == systematic and job.report.trigger == "wait"
     np.testing.assert_allclose(out, np.tanh(X), rtol=1e-12, atol=1e-12)
     await release.set()
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_default_wait_keeps_collecting_for_a_grace_period(c, s, *workers):
+    X = np.random.default_rng(10).standard_normal((16, 2))
+    slow = workers[:2]
+    release = Event("release-grace", client=c)
+    job = await dask_bacc.submit_coded(
+        gated, X, {str(w.name) for w in slow}, "release-grace", n_blocks=4, n_coded=8, client=c
+    )
+    await job
+    rep = job.report
+    assert rep.wait_target == 6 and rep.trigger == "wait"
+    assert sorted(rep.returned) == sorted(set(range(8)) - indices_on(rep, slow))
+    # the decode waited out the grace period: 0.2 x the time the target took
+    assert rep.time_to_decode >= 1.2 * rep.target_met
+    await release.set()
+
+
+def test_grace_validation_and_exact_codes():
+    from dask_bacc import FirstK, Fraction
+    from dask_bacc.codes import BerrutCode, RepetitionCode
+
+    with pytest.raises(ValueError, match="grace"):
+        FirstK(3, grace=-1)
+    policy = Fraction(0.5, grace=0.3)
+    assert policy.grace_for(BerrutCode(2, 4)) == 0.3
+    assert policy.grace_for(RepetitionCode(2, 4)) == 0.0  # exact: nothing to gain
+    assert FirstK(3).grace_for(BerrutCode(2, 4)) == 0.0

@@ -99,6 +99,7 @@ class CodedJob:
         self._index_of: dict[Any, int] = {}
         self._ac: as_completed | None = None
         self._live: set[str] | None = None  # workers seen at the last check
+        self._grace_until: float | None = None  # perf_counter time the grace period ends
 
     # -- user API --------------------------------------------------------------------
     def done(self) -> bool:
@@ -242,6 +243,18 @@ class CodedJob:
     def _tick_interval(self, poll: float) -> float:
         return poll
 
+    def _after_grace(self, usable: list[int], pending: dict[int, Any]) -> str | None:
+        """The wait target is met: ``"wait"`` once its grace period (if any) is over."""
+        now = time.perf_counter()
+        if self.report.target_met is None:
+            self.report.target_met = now - self._start
+        grace = self.policy.grace_for(self.code)
+        if not grace or not pending or self.code.is_exact(usable):
+            return "wait"
+        if self._grace_until is None:
+            self._grace_until = now + grace * self.report.target_met
+        return "wait" if now >= self._grace_until else None
+
     async def _loop(self) -> Any:
         poll = float(_seconds(config.get("poll-interval", "500ms")))
         tick = self._tick_interval(poll)
@@ -259,7 +272,7 @@ class CodedJob:
             if self._stage_kind is None:
                 trigger = None
                 if self.policy.is_met(usable, self.code):
-                    trigger = "wait"
+                    trigger = self._after_grace(usable, pending)
                 elif not pending:
                     trigger = "exhausted"
                 elif deadline is not None and time.perf_counter() >= deadline:
@@ -271,8 +284,10 @@ class CodedJob:
                     self._start_stage(usable, ac)
 
             wait_for = tick
-            if deadline is not None and self._stage_kind is None:
-                wait_for = max(0.0, min(tick, deadline - time.perf_counter()))
+            if self._stage_kind is None:
+                for end in (deadline, self._grace_until):
+                    if end is not None:
+                        wait_for = max(0.0, min(wait_for, end - time.perf_counter()))
             try:
                 fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
             except (asyncio.TimeoutError, StopAsyncIteration):

@@ -46,6 +46,9 @@ class JobReport:
     trigger : str or None
         What started the decode: ``"wait"`` (policy met), ``"timeout"`` or ``"exhausted"``
         (no more results can arrive, decoding from what did).
+    target_met : float or None
+        When the wait policy's target was met (the decode follows at once, or after the
+        policy's grace period for approximate codes).
     time_to_decode : float or None
         Until the decoded blocks were available.
     slowest_used : float or None
@@ -71,6 +74,7 @@ class JobReport:
     backups: list[int] = field(default_factory=list)
     arrival: dict[int, float] = field(default_factory=dict)
     trigger: str | None = None
+    target_met: float | None = None
     time_to_decode: float | None = None
     slowest_used: float | None = None
     status: str = "running"

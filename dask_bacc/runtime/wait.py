@@ -22,9 +22,18 @@ class WaitPolicy:
     reached (too many failures) decodes from everything that arrived, if that is decodable.
     """
 
+    #: Once the target is met, keep collecting results for ``grace`` times the time it took
+    #: to meet it (approximate codes only): results that arrive in the same burst make the
+    #: estimate better, while stragglers are far behind. 0 decodes at the target at once.
+    grace: float = 0.0
+
     def target(self, code: Code) -> int:
         """Usable results to wait for with this code (clipped to ``[min_results, N]``)."""
         raise NotImplementedError
+
+    def grace_for(self, code: Code) -> float:
+        """The grace factor that applies to ``code`` (none for exact codes)."""
+        return 0.0 if code.exact else float(self.grace)
 
     def is_met(self, returned: Collection[int], code: Code) -> bool:
         """Whether the results in ``returned`` are enough to decode now.
@@ -47,8 +56,10 @@ class FirstK(WaitPolicy):
     """Decode after the first ``k`` usable results."""
 
     k: int
+    grace: float = 0.0
 
     def __post_init__(self):
+        _check_grace(self.grace)
         if isinstance(self.k, bool) or not isinstance(self.k, numbers.Integral):
             raise TypeError(f"wait count must be an integer, got {self.k!r}")
         if self.k < 1:
@@ -72,8 +83,10 @@ class Fraction(WaitPolicy):
     """Decode after ``ceil(fraction * N)`` usable results (at least the code's minimum)."""
 
     fraction: float
+    grace: float = 0.0
 
     def __post_init__(self):
+        _check_grace(self.grace)
         if isinstance(self.fraction, bool) or not isinstance(self.fraction, numbers.Real):
             raise TypeError(f"wait fraction must be a float, got {self.fraction!r}")
         if not 0 < self.fraction <= 1:
@@ -90,18 +103,28 @@ class Fraction(WaitPolicy):
             )
 
 
+def _check_grace(grace: float) -> None:
+    if isinstance(grace, bool) or not isinstance(grace, numbers.Real) or not grace >= 0:
+        raise ValueError(f"grace must be a number >= 0, got {grace!r}")
+
+
 def resolve_wait(wait: int | float | WaitPolicy | None, code: Code) -> WaitPolicy:
     """Turn the user's ``wait=`` into a policy and check that ``code`` can decode from it.
 
     Defaults: the Berrut code waits for ``bacc.wait.berrut`` (a fraction of N, 0.75 out of
-    the box); exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``;
-    repetition: a copy of every block; uncoded: all K).
+    the box), then keeps collecting for ``bacc.wait.grace`` (0.2) times the time that took;
+    exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``;
+    repetition: a copy of every block; uncoded: all K). An explicit ``wait=k`` or
+    ``wait=fraction`` has no grace; pass ``FirstK(k, grace=...)`` for one.
     """
     if wait is None:
         if code.exact:
             policy: WaitPolicy = FirstK(code.min_results)
         else:
-            policy = Fraction(float(config.get(f"wait.{code.name}", 1.0)))
+            policy = Fraction(
+                float(config.get(f"wait.{code.name}", 1.0)),
+                grace=float(config.get("wait.grace", 0.0)),
+            )
     elif isinstance(wait, WaitPolicy):
         policy = wait
     elif isinstance(wait, bool):
