@@ -19,6 +19,7 @@ from .. import config
 from ..codes import Code
 from ..collections import Blocks
 from ..exceptions import InsufficientResults
+from .placement import spread_order
 from .report import JobReport
 from .wait import WaitPolicy
 from .worker import InvalidInput, decode_task, encode_task, eval_task, inspect_task, mark_done
@@ -182,7 +183,8 @@ class CodedJob:
             for i in range(self.code.N):
                 nz = np.flatnonzero(E[i])
                 encode.append((encode_task, (E[i, nz], *[self._chunks[j] for j in nz])))
-        for i, addr in enumerate(self.report.workers):
+        for i in spread_order(self.code.N):  # see spread_order: who finishes last matters
+            addr = self.report.workers[i]
             fn, args = encode[i]
             share = client.submit(
                 fn,
@@ -355,9 +357,9 @@ class CodedJob:
         self._decode_error = None
         self._stage = ([self._inspect] if self._inspect is not None else []) + self._decodes
         self._stage_kind = "decode"
-        self.report.straggled = [
+        self.report.straggled = sorted(
             i for i in self._evals if i not in self.report.arrival and i not in self.report.failed
-        ]
+        )
         ac.update(self._stage)
 
     async def _stage_event(self, fut: Any, usable: list[int], ac: as_completed) -> Any:

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["choose_workers"]
+__all__ = ["choose_workers", "spread_order"]
 
 
 def _host(addr: str, info: Mapping[str, Any]) -> str:
@@ -80,3 +80,18 @@ def choose_workers(
                 if q:
                     ordered.append(q.pop(0))
     return [ordered[i % len(ordered)] for i in range(n)]
+
+
+def spread_order(n: int) -> list[int]:
+    """The indices ``0..n-1`` in bit-reversed order: every prefix is spread over the range.
+
+    Tasks of equal length tend to finish in the order they were launched; launching the
+    coded tasks as 0, n/2, n/4, 3n/4, ... means the results that arrive last (and are cut
+    off by a first-k wait) are scattered over the worker points rather than bunched at one
+    end, where they would leave a wide gap in Berrut's interpolation.
+    """
+    if n <= 0:
+        return []
+    bits = max(1, (n - 1).bit_length())
+    reversed_ = (int(format(i, f"0{bits}b")[::-1], 2) for i in range(1 << bits))
+    return [i for i in reversed_ if i < n]
