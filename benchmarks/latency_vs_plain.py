@@ -58,14 +58,10 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 import dask_bacc
+from dask_bacc.demo import mlp, mlp_workload
 from dask_bacc.stragglers import Bimodal, clear_stragglers, inject_stragglers, plain_task
 
 PLAIN_SEQ_BASE = 1_000_000_000  # plain jobs' straggler seq numbers, far above dask-bacc's
-
-
-def mlp(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray):
-    """A two-layer perceptron forward pass, row by row: ``tanh(x W1 + b1) W2 + b2``."""
-    return np.tanh(x @ w1 + b1) @ w2 + b2
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -95,16 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
 
-    rng = np.random.default_rng(args.seed)
-    d_in, d_hidden, d_out = 32, 128, 16
-    X = rng.standard_normal((args.rows, d_in))
-    params = (
-        rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in),
-        0.1 * rng.standard_normal(d_hidden),
-        rng.standard_normal((d_hidden, d_out)) / np.sqrt(d_hidden),
-        0.1 * rng.standard_normal(d_out),
-    )
-    exact = mlp(X, *params)
+    X, params, exact = mlp_workload(args.rows, args.seed)
     blocks = np.split(X, K)
     model = Bimodal(p=args.p, delay=args.delay)
     strategies = ["plain", "berrut", "repetition"]

@@ -54,6 +54,7 @@ __all__ = [
     "demo",
     "format_table",
     "mlp",
+    "mlp_workload",
     "run_demo",
 ]
 
@@ -189,6 +190,28 @@ class StrategyStats:
         return statistics.fmean(self.time)
 
 
+def mlp_workload(rows: int, seed: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+    """The demo's data and model: ``X`` (rows, 32), MLP weights (32-128-16), ``mlp(X)``.
+
+    Parameters
+    ----------
+    rows : int
+        Rows of ``X`` (i.i.d. standard normal).
+    seed : int
+        Seed of the data and the weights.
+    """
+    rng = np.random.default_rng(seed)
+    d_in, d_hidden, d_out = 32, 128, 16
+    X = rng.standard_normal((rows, d_in))
+    params = (
+        rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in),
+        0.1 * rng.standard_normal(d_hidden),
+        rng.standard_normal((d_hidden, d_out)) / np.sqrt(d_hidden),
+        0.1 * rng.standard_normal(d_out),
+    )
+    return X, params, mlp(X, *params)
+
+
 def run_demo(
     settings: DemoSettings, echo: Callable[[str], None] | None = None
 ) -> dict[str, StrategyStats]:
@@ -209,16 +232,7 @@ def run_demo(
     settings.check()
     s = settings
     K, N = s.blocks, s.n_coded
-    rng = np.random.default_rng(s.seed)
-    d_in, d_hidden, d_out = 32, 128, 16
-    X = rng.standard_normal((s.rows, d_in))
-    params = (
-        rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in),
-        0.1 * rng.standard_normal(d_hidden),
-        rng.standard_normal((d_hidden, d_out)) / np.sqrt(d_hidden),
-        0.1 * rng.standard_normal(d_out),
-    )
-    exact = mlp(X, *params)
+    X, params, exact = mlp_workload(s.rows, s.seed)
     blocks = np.split(X, K)
     model = Bimodal(p=s.p, delay=s.straggler_delay)
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from distributed import WorkerPlugin, default_client
 
-from .runtime.worker import STRAGGLER_PLUGIN_NAME, straggler_plugin
+from .runtime.worker import STRAGGLER_PLUGIN_NAME, straggle
 
 __all__ = [
     "Bimodal",
@@ -168,14 +168,7 @@ def plain_task(
     """
     start = time.perf_counter()
     out = func(block, *args, **kwargs)
-    plugin, name = straggler_plugin()
-    if plugin is not None:
-        delay = plugin.delay(
-            index=index, seq=seq, elapsed=time.perf_counter() - start, worker_name=name
-        )
-        if delay > 0:
-            time.sleep(delay)
-        plugin.record(seq=seq, index=index, seconds=time.perf_counter() - start, worker_name=name)
+    straggle(index, seq, start, time.sleep)
     return out
 
 

@@ -127,15 +127,25 @@ def eval_task(
         return None
     start = time.perf_counter()
     out = func(share, *args, **kwargs)
-    plugin, name = straggler_plugin()
-    if plugin is not None:
-        delay = plugin.delay(
-            index=index, seq=seq, elapsed=time.perf_counter() - start, worker_name=name
-        )
-        if delay > 0:
-            wait_done(token, delay)
-        plugin.record(seq=seq, index=index, seconds=time.perf_counter() - start, worker_name=name)
+    straggle(index, seq, start, lambda delay: wait_done(token, delay))
     return check_result(out)
+
+
+def straggle(index: int, seq: int, start: float, sleep: Callable[[float], Any]) -> None:
+    """Apply the straggler plugin's delay to a task that started at ``start``, if any.
+
+    ``sleep(seconds)`` does the waiting (interruptible for coded tasks); the plugin also
+    records the thread time the task occupied, for compute-spent accounting.
+    """
+    plugin, name = straggler_plugin()
+    if plugin is None:
+        return
+    delay = plugin.delay(
+        index=index, seq=seq, elapsed=time.perf_counter() - start, worker_name=name
+    )
+    if delay > 0:
+        sleep(delay)
+    plugin.record(seq=seq, index=index, seconds=time.perf_counter() - start, worker_name=name)
 
 
 def straggler_plugin() -> tuple[Any, str]:
