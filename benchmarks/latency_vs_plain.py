@@ -59,7 +59,13 @@ from distributed import Client, LocalCluster
 
 import dask_bacc
 from dask_bacc.demo import mlp, mlp_workload
-from dask_bacc.stragglers import Bimodal, clear_stragglers, inject_stragglers, plain_task
+from dask_bacc.stragglers import (
+    Bimodal,
+    clear_stragglers,
+    draw_delay,
+    inject_stragglers,
+    plain_task,
+)
 
 PLAIN_SEQ_BASE = 1_000_000_000  # plain jobs' straggler seq numbers, far above dask-bacc's
 
@@ -100,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def drawn(seq: int, n: int) -> int:
         """Tasks of job ``seq`` that drew a delay: the plugin's own draw, replayed."""
-        return sum(
-            model.draw(np.random.default_rng([args.seed, seq, i]), "", 0.0) > 0 for i in range(n)
-        )
+        return sum(draw_delay(model, args.seed, seq, i) > 0 for i in range(n))
 
     records: list[dict[str, Any]] = []
     t_start = time.perf_counter()

@@ -44,7 +44,7 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 from .runtime import submit_coded
-from .stragglers import Bimodal, clear_stragglers, inject_stragglers, plain_task
+from .stragglers import Bimodal, clear_stragglers, draw_delay, inject_stragglers, plain_task
 
 __all__ = [
     "CODED",
@@ -238,9 +238,7 @@ def run_demo(
 
     def drawn(seq: int, n: int) -> set[int]:
         # the same draw the worker plugin makes (Bimodal's ignores worker and runtime)
-        return {
-            i for i in range(n) if model.draw(np.random.default_rng([s.seed, seq, i]), "", 0.0) > 0
-        }
+        return {i for i in range(n) if draw_delay(model, s.seed, seq, i) > 0}
 
     def rel_err(out: np.ndarray) -> float:
         return float(np.linalg.norm(out - exact) / np.linalg.norm(exact))

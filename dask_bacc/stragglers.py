@@ -31,6 +31,7 @@ __all__ = [
     "StragglerModel",
     "StragglerPlugin",
     "clear_stragglers",
+    "draw_delay",
     "inject_stragglers",
     "plain_task",
     "task_seconds",
@@ -137,10 +138,24 @@ class StragglerPlugin(WorkerPlugin):
 
     def delay(self, *, index: int, seq: int, elapsed: float, worker_name: str) -> float:
         """Seconds to delay coded task ``index`` of job number ``seq`` on this worker."""
-        rng = np.random.default_rng([self.seed, seq, index])
-        d = float(self.model.draw(rng, worker_name, elapsed))
+        d = draw_delay(self.model, self.seed, seq, index, worker_name, elapsed)
         self.log.append((seq, index, worker_name, d))
         return d
+
+
+def draw_delay(
+    model: StragglerModel,
+    seed: int,
+    seq: int,
+    index: int,
+    worker_name: str = "",
+    elapsed: float = 0.0,
+) -> float:
+    """The delay a :class:`StragglerPlugin` with ``seed`` draws for task ``index`` of job ``seq``.
+
+    Benchmarks call it to replay the draws off the cluster (which tasks straggled).
+    """
+    return float(model.draw(np.random.default_rng([seed, seq, index]), worker_name, elapsed))
 
 
 def inject_stragglers(model: StragglerModel, seed: int = 0, client: Any = None) -> Any:

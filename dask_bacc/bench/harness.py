@@ -52,6 +52,7 @@ from ..stragglers import (
     ShiftedExponential,
     SlowWorkers,
     clear_stragglers,
+    draw_delay,
     inject_stragglers,
     plain_task,
     task_seconds,
@@ -1096,8 +1097,7 @@ class _Run:
             name = names[i] if i < len(names) else ""
             if rec.strategy != "plain" and names and not name:
                 continue  # a speculative backup slot that was never launched
-            rng = np.random.default_rng([self.cfg.seed, rec.seq, i])
-            d = float(self.model.draw(rng, name, self.cfg.task.base_duration))
+            d = draw_delay(self.model, self.cfg.seed, rec.seq, i, name, self.cfg.task.base_duration)
             count += d >= self.threshold
         return count
 

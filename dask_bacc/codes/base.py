@@ -46,6 +46,8 @@ class Code:
 
     name: ClassVar[str] = ""
     exact: ClassVar[bool] = False
+    #: Decoding selects results instead of mixing them, so their dtype is kept.
+    keeps_dtype: ClassVar[bool] = False
 
     def __init__(self, K: int, N: int):
         K, N = _positive_int("K", K), _positive_int("N", N)

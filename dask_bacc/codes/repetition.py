@@ -22,6 +22,7 @@ class RepetitionCode(Code):
 
     name = "repetition"
     exact = True
+    keeps_dtype = True
 
     def __init__(self, K: int, N: int):
         super().__init__(K, N)

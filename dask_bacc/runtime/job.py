@@ -77,10 +77,8 @@ class CodedJob:
         )
         self._start = time.perf_counter()
         self._evals: dict[int, Any] = {}
-        self._encodes: list[Any] = []
         self._chunks: list[Any] = []
-        self._stage: list[Any] = []  # inspect or decode futures in flight
-        self._stage_kind: str | None = None
+        self._stage: list[Any] = []  # inspect and decode futures in flight (empty: waiting)
         self._stage_used: list[int] = []
         self._specs: dict[int, tuple[tuple[int, ...], str]] = {}
         self._inspect_indices: list[int] = []
@@ -93,13 +91,11 @@ class CodedJob:
         self._finished = False
         self._done_event = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self.decoded_futures: list[Any] = []
         # loop state: coded tasks not yet finished, and finished valid ones in arrival order
         self._pending: dict[int, Any] = {}
         self._usable: list[int] = []
         self._index_of: dict[Any, int] = {}
         self._ac: as_completed | None = None
-        self._live: set[str] | None = None  # workers seen at the last check
         self._grace_until: float | None = None  # perf_counter time the grace period ends
 
     # -- user API --------------------------------------------------------------------
@@ -193,7 +189,6 @@ class CodedJob:
                 workers=[addr],
                 allow_other_workers=False,
             )
-            self._encodes.append(share)
             self._evals[i] = self._submit_eval(i, addr, share)
 
     async def _submit(self) -> None:
@@ -269,9 +264,9 @@ class CodedJob:
         rep = self.report
 
         while True:
-            if self._stage_kind is None:
+            if not self._stage:
                 await self._tick()
-            if self._stage_kind is None:
+            if not self._stage:
                 trigger = None
                 if self.policy.is_met(usable, self.code):
                     trigger = self._after_grace(usable, pending)
@@ -286,7 +281,7 @@ class CodedJob:
                     self._start_stage(usable, ac)
 
             wait_for = tick
-            if self._stage_kind is None:
+            if not self._stage:
                 for end in (deadline, self._grace_until):
                     if end is not None:
                         wait_for = max(0.0, min(wait_for, end - time.perf_counter()))
@@ -356,7 +351,6 @@ class CodedJob:
             )
         self._decode_error = None
         self._stage = ([self._inspect] if self._inspect is not None else []) + self._decodes
-        self._stage_kind = "decode"
         self.report.straggled = sorted(
             i for i in self._evals if i not in self.report.arrival and i not in self.report.failed
         )
@@ -382,7 +376,7 @@ class CodedJob:
                         f"shape {expected[0]} dtype {expected[1]} of the other results"
                     )
                     usable.remove(i)
-                decodes, self._stage, self._stage_kind = self._decodes, [], None
+                decodes, self._stage = self._decodes, []
                 await self.client.cancel(decodes, asynchronous=True)
                 return _NOTHING  # the loop re-checks the wait policy
         elif fut.status != "finished" and self._decode_error is None:
@@ -393,21 +387,18 @@ class CodedJob:
             raise await self._stage_failure(self._decode_error, "decode")
         if not all(f.status == "finished" for f in self._decodes):
             return _NOTHING
-        self._stage = self._decodes
         self.report.returned = list(self._stage_used)
         self.report.late = [i for i in usable if i not in set(self._stage_used)]
         self.report.slowest_used = max(self.report.arrival[i] for i in self._stage_used)
         shape, dtype = self._specs[self._stage_used[0]]
         out_dtype = np.dtype(dtype)
-        if self.code.name not in ("repetition", "uncoded") and out_dtype.kind != "f":
+        if not self.code.keeps_dtype and out_dtype.kind != "f":
             out_dtype = np.dtype(np.float64)
-        self.decoded_futures = list(self._stage)
         if self.blocks.gather_output:
-            values = await self.client.gather(self._stage, asynchronous=True)
+            values = await self.client.gather(self._decodes, asynchronous=True)
             output = self.blocks.assemble(values, shape, out_dtype, self.combine)
-            self.decoded_futures = []  # the values are on the client now
         else:
-            output = self.blocks.assemble(self._stage, shape, out_dtype, self.combine)
+            output = self.blocks.assemble(self._decodes, shape, out_dtype, self.combine)
         self.report.time_to_decode = self._elapsed()
         return output
 
@@ -423,7 +414,7 @@ class CodedJob:
         """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
         pending, usable = self._pending, self._usable
         info = await self.client.scheduler.identity(n_workers=-1)
-        live = self._live = set(info.get("workers", {}))
+        live = set(info.get("workers", {}))
         for i in [i for i in pending if self.report.workers[i] not in live]:
             del pending[i]
             self.report.failed[i] = f"worker {self.report.workers[i]} left before returning"
@@ -431,8 +422,8 @@ class CodedJob:
         for i in lost:
             usable.remove(i)
             self.report.failed[i] = f"worker {self.report.workers[i]} left holding the result"
-        if lost and self._stage_kind is not None and set(lost) & set(self._stage_used):
-            stage, self._stage, self._stage_kind = self._stage, [], None
+        if lost and self._stage and set(lost) & set(self._stage_used):
+            stage, self._stage = self._stage, []
             await self.client.cancel(stage, asynchronous=True)
 
     async def _reason(self, fut: Any) -> str:
@@ -465,15 +456,12 @@ class CodedJob:
         pending = [f for f in self._evals.values() if f.status == "pending"]
         self.report.cancelled += len(pending)
         cancel = pending + [f for f in self._stage if f.status == "pending"]
-        if self.report.status != "finished":
-            cancel += [f for f in self.decoded_futures if f.status == "pending"]
         # drop every reference, the as_completed queue included (it may hold finished
         # futures the loop never took out), so the scheduler can forget the job's tasks
         self._ac = None
         self._evals.clear()
         self._pending.clear()
         self._index_of.clear()
-        self._encodes.clear()
         self._chunks.clear()
         self._stage, self._decodes, self._inspect, self._decode_error = [], [], None, None
         return cancel

@@ -23,6 +23,12 @@ from .wait import FirstK
 __all__ = ["Speculation", "SpeculativeJob"]
 
 
+_PRESETS: dict[str, dict[str, Any]] = {
+    "spark": {"multiplier": 3.0, "quantile": 0.9, "min_runtime": 0.1, "min_tasks": 1},
+    "cubed": {"multiplier": 3.0, "quantile": 0.5, "min_runtime": 0.0, "min_tasks": 10},
+}
+
+
 @dataclass(frozen=True)
 class Speculation:
     """When to launch a backup copy of a running task.
@@ -59,32 +65,21 @@ class Speculation:
             raise ValueError(f"interval must be positive, got {self.interval}")
 
     @classmethod
+    def preset(cls, rule: str, **overrides: Any) -> Speculation:
+        """The named rule (``"spark"`` or ``"cubed"``), with some values overridden."""
+        if rule not in _PRESETS:
+            raise ValueError(f"speculative rule must be 'spark' or 'cubed', got {rule!r}")
+        return cls(**{**_PRESETS[rule], "rule": rule, **overrides})
+
+    @classmethod
     def spark(cls, **overrides: Any) -> Speculation:
         """Spark 4's defaults: multiplier 3, quantile 0.9, min runtime 100 ms."""
-        return cls(
-            **{
-                "multiplier": 3.0,
-                "quantile": 0.9,
-                "min_runtime": 0.1,
-                "min_tasks": 1,
-                "rule": "spark",
-                **overrides,
-            }
-        )
+        return cls.preset("spark", **overrides)
 
     @classmethod
     def cubed(cls, **overrides: Any) -> Speculation:
         """cubed's rule: 3x the median, at least half of the tasks done, at least 10 tasks."""
-        return cls(
-            **{
-                "multiplier": 3.0,
-                "quantile": 0.5,
-                "min_runtime": 0.0,
-                "min_tasks": 10,
-                "rule": "cubed",
-                **overrides,
-            }
-        )
+        return cls.preset("cubed", **overrides)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Speculation:
@@ -97,8 +92,6 @@ class Speculation:
             raise TypeError(f"unknown speculative option(s) {sorted(unknown)}; use {sorted(known)}")
         conf = config.get("speculative", {}) or {}
         rule = options.get("rule", conf.get("rule", "spark"))
-        if rule not in ("spark", "cubed"):
-            raise ValueError(f"speculative rule must be 'spark' or 'cubed', got {rule!r}")
         overrides: dict[str, Any] = {}
         for key, conf_key in (
             ("multiplier", "multiplier"),
@@ -115,7 +108,7 @@ class Speculation:
         overrides["interval"] = float(
             parse_timedelta(options.get("interval", conf.get("interval", "100ms")))
         )
-        return getattr(cls, rule)(**overrides)
+        return cls.preset(rule, **overrides)
 
     def threshold(self, n_tasks: int, durations: list[float]) -> float | None:
         """Runtime after which a task is backed up, or None while the rule is not armed."""

@@ -12,6 +12,7 @@ from distributed import default_client
 from .. import config
 from ..codes import Code, get_code
 from ..collections import adapt, is_numpy
+from ..collections.base import COMBINE_CHOICES
 from .job import CodedJob
 from .placement import choose_workers
 from .speculative import Speculation, SpeculativeJob, speculative_placement
@@ -66,9 +67,7 @@ def _build_code(
         if code.name != "uncoded" and code.N <= code.K:
             raise ValueError(f"{code!r} has N <= K: coded computing needs N > K")
         return code
-    name = code.lower().replace("_", "-")
-    if name == "systematic-berrut":
-        name, options = "berrut", {"systematic": True, **options}
+    name = code.lower().replace("_", "-")  # get_code resolves aliases (systematic-berrut)
     if n_coded is None:
         n_coded = default_n_coded(name, K, n_workers, options)
     elif name != "uncoded" and n_coded <= K:
@@ -166,8 +165,8 @@ def submit_coded(
     if code is None:
         code = config.get("code", "berrut")
     _check_common(func, code, n_coded, timeout, code_options)
-    if isinstance(combine, str) is False or combine not in ("auto", "concat", "stack"):
-        raise ValueError(f"combine must be 'auto', 'concat' or 'stack', got {combine!r}")
+    if combine not in COMBINE_CHOICES:
+        raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     client = client if client is not None else default_client()
     return client.sync(
         _submit,
