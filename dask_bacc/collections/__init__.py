@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -23,18 +24,41 @@ def adapt(
     n_blocks: int | None = None,
     blocks: int | None = None,
     max_blocks: int | None = None,
+    **options: Any,
 ) -> Blocks:
     """Wrap ``data`` as K blocks; raises ``TypeError``/``ValueError`` for unusable input.
 
     Parameters
     ----------
-    data : numpy.ndarray, list/tuple of arrays, or dask.array.Array
+    data : numpy.ndarray, list/tuple of arrays, dask.array.Array, pandas or dask
+        DataFrame/Series, xarray DataArray/Dataset
     n_blocks, blocks : int, optional
-        For NumPy arrays: the number of blocks K, or the rows per block. Without either,
+        For in-memory data: the number of blocks K, or the rows per block. Without either,
         K is the largest divisor of the row count up to ``max_blocks``.
+    **options
+        Options of the labelled kinds, ``None`` meaning unset: ``meta`` and ``columns``
+        (dataframes), ``dim`` (xarray; ``meta`` too).
     """
     import dask.array as da
 
+    options = {k: v for k, v in options.items() if v is not None}
+    if _is_frame(data):
+        from .dataframe import frame_blocks
+
+        return frame_blocks(
+            data, n_blocks=n_blocks, blocks=blocks, max_blocks=max_blocks, **options
+        )
+    if _is_xarray(data):
+        from .xarray import xarray_blocks
+
+        return xarray_blocks(
+            data, n_blocks=n_blocks, blocks=blocks, max_blocks=max_blocks, **options
+        )
+    if options:
+        names = ", ".join(sorted(options))
+        raise ValueError(
+            f"{names} apply to dataframes and xarray objects, not to {type(data).__name__}"
+        )
     if isinstance(data, da.Array):
         if n_blocks is not None or blocks is not None:
             raise ValueError("n_blocks/blocks apply to NumPy input; rechunk a dask array instead")
@@ -49,5 +73,19 @@ def adapt(
         return NumpyBlocks(data, n_blocks=n_blocks, blocks=blocks, max_blocks=max_blocks)
     raise TypeError(
         f"cannot map over {type(data).__module__}.{type(data).__name__}: pass a NumPy array, "
-        "a list of equal-shape arrays, or a dask array"
+        "a list of equal-shape arrays, a dask array, a pandas or dask DataFrame/Series, or "
+        "an xarray DataArray/Dataset"
     )
+
+
+def _is_frame(data: Any) -> bool:
+    # a module that is not imported yet cannot have made ``data``: no import cost here
+    pd, dd = sys.modules.get("pandas"), sys.modules.get("dask.dataframe")
+    return (pd is not None and isinstance(data, (pd.DataFrame, pd.Series))) or (
+        dd is not None and isinstance(data, (dd.DataFrame, dd.Series))
+    )
+
+
+def _is_xarray(data: Any) -> bool:
+    xr = sys.modules.get("xarray")
+    return xr is not None and isinstance(data, (xr.DataArray, xr.Dataset))

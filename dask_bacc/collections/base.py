@@ -80,6 +80,17 @@ class Blocks:
         """Futures of the K blocks on the cluster (one per block, in order)."""
         raise NotImplementedError
 
+    def wrap(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """What runs on each coded share (a NumPy array of ``block_shape``).
+
+        Called once on the client before anything is submitted. The default runs ``func``
+        on the array itself; labelled adapters (dataframes, xarray) return a picklable
+        callable that rebuilds the labelled block around the share, calls ``func`` and
+        turns its output back into an array. They may run ``func`` on a small mock block
+        here to learn the output's labels, and raise ``TypeError``/``ValueError`` early.
+        """
+        return func
+
     def stacked(self) -> np.ndarray:
         """The K blocks as one (K, ...) array (``local`` adapters only)."""
         raise NotImplementedError(f"{type(self).__name__} keeps its blocks on the cluster")

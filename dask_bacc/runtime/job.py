@@ -58,7 +58,7 @@ class CodedJob:
         self.client = client
         self.code = code
         self.blocks = blocks
-        self.func = func
+        self.func = blocks.wrap(func, args, kwargs)  # what runs on a coded share
         self.args = args
         self.kwargs = kwargs
         self.policy = policy

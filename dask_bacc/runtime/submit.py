@@ -92,6 +92,7 @@ async def _submit(
     blocks: int | None,
     combine: str,
     code_options: dict[str, Any],
+    labels: dict[str, Any],
 ) -> CodedJob:
     info = await client.scheduler.identity(n_workers=-1)
     workers = info.get("workers", {})
@@ -104,6 +105,7 @@ async def _submit(
         n_blocks=n_blocks,
         blocks=blocks,
         max_blocks=max(1, int(n_workers / max(redundancy, 1.0))),
+        **labels,
     )
     if timeout is None:
         timeout = config.get("timeout", None)
@@ -155,6 +157,9 @@ def submit_coded(
     blocks: int | None = None,
     combine: str = "auto",
     code_options: dict[str, Any] | None = None,
+    meta: Any = None,
+    columns: Any = None,
+    dim: str | None = None,
     **kwargs: Any,
 ) -> CodedJob:
     """Start a coded map of ``func`` over the blocks of ``data``; return at once.
@@ -183,6 +188,7 @@ def submit_coded(
         blocks,
         combine,
         dict(code_options or {}),
+        {"meta": meta, "columns": columns, "dim": dim},
     )
 
 
@@ -199,6 +205,9 @@ def map_coded(
     blocks: int | None = None,
     combine: str = "auto",
     code_options: dict[str, Any] | None = None,
+    meta: Any = None,
+    columns: Any = None,
+    dim: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Map ``func`` over the blocks of ``data`` with coded computing; return the decoded output.
@@ -212,10 +221,13 @@ def map_coded(
     func : callable
         ``func(block, *args, **kwargs)`` returning a real numeric array (or scalar) whose
         shape does not depend on the values in the block.
-    data : numpy.ndarray, list/tuple of arrays, or dask.array.Array
+    data : array, list of arrays, dask array, DataFrame/Series, DataArray/Dataset
         NumPy arrays are split along axis 0 into K equal blocks (see ``n_blocks``/``blocks``);
         a list holds the K blocks; a dask array's chunks along axis 0 are the blocks (other
-        axes are rechunked to one chunk; axis-0 chunks must be equal).
+        axes are rechunked to one chunk; axis-0 chunks must be equal). A dask
+        DataFrame/Series maps over its partitions and a pandas one over K row blocks; an
+        xarray object over its chunks (or K blocks) along ``dim``. See
+        ``docs/collections.md`` for how labelled blocks are coded and rebuilt.
     *args, **kwargs
         Passed unchanged to every call of ``func`` (e.g. model weights).
     code : str or Code, default ``bacc.code`` ("berrut")
@@ -240,11 +252,19 @@ def map_coded(
         f keeps a block's rows (output first dimension == block rows) and stacks otherwise.
     code_options : dict, optional
         Options for the code, e.g. ``{"systematic": True}`` or ``{"degree": 2}``.
+    meta : optional
+        Dataframes and xarray: an empty object like ``func``'s output for one block (as
+        in ``map_partitions``); inferred by calling ``func`` on a mock block otherwise.
+    columns : list of str, optional
+        Dataframes: the numeric columns ``func`` sees (default: all, and non-numeric
+        columns raise ``TypeError``).
+    dim : str, optional
+        xarray: the dimension to map along (default: the only chunked dimension).
 
     Returns
     -------
-    Same kind as ``data``: NumPy array, list of arrays, or dask array (backed by the
-    decoded futures).
+    Same kind as ``data``: NumPy array, list of arrays, dask array (backed by the
+    decoded futures), pandas or dask DataFrame/Series, or xarray object.
 
     Raises
     ------
@@ -273,6 +293,9 @@ def map_coded(
         blocks=blocks,
         combine=combine,
         code_options=code_options,
+        meta=meta,
+        columns=columns,
+        dim=dim,
         **kwargs,
     )
     if client.asynchronous:
