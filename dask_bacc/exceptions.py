@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InsufficientResults", "InvalidResult"]
+__all__ = ["InsufficientResults", "InvalidResult", "RewriteError"]
 
 
 class InsufficientResults(RuntimeError):
@@ -16,3 +16,8 @@ class InsufficientResults(RuntimeError):
 
 class InvalidResult(ValueError):
     """A coded task's result cannot be decoded (not numeric, NaN/inf, wrong shape)."""
+
+
+class RewriteError(ValueError):
+    """``dask_bacc.coded`` cannot rewrite the collection: its final operation is not a map
+    over chunks it can code (several chunked inputs, a reduction, a fused graph...)."""

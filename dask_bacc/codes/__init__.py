@@ -9,7 +9,7 @@ from .base import Code
 from .berrut import BerrutCode
 from .lagrange import LagrangeCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
-from .registry import get_code, register_code, registered_codes
+from .registry import code_class, get_code, register_code, registered_codes
 from .repetition import RepetitionCode, Uncoded
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "Uncoded",
     "chebyshev_first",
     "chebyshev_second",
+    "code_class",
     "get_code",
     "register_code",
     "registered_codes",

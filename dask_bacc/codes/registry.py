@@ -9,7 +9,7 @@ from .berrut import BerrutCode
 from .lagrange import LagrangeCode
 from .repetition import RepetitionCode, Uncoded
 
-__all__ = ["get_code", "register_code", "registered_codes"]
+__all__ = ["code_class", "get_code", "register_code", "registered_codes"]
 
 _REGISTRY: dict[str, type[Code]] = {}
 
@@ -27,6 +27,25 @@ def registered_codes() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Code], dict[str, Any]]:
+    if not isinstance(name, str):
+        raise TypeError(f"code name must be a string, got {type(name).__name__}")
+    key = name.lower().replace("_", "-")
+    if key == "systematic-berrut":
+        if not options.pop("systematic", True):
+            raise ValueError("code 'systematic-berrut' cannot take systematic=False")
+        key, options = "berrut", {"systematic": True, **options}
+    try:
+        return _REGISTRY[key], options
+    except KeyError:
+        raise ValueError(f"unknown code {name!r}; choose one of {registered_codes()}") from None
+
+
+def code_class(name: str) -> type[Code]:
+    """The class :func:`get_code` builds for ``name`` (aliases resolved), without building it."""
+    return _resolve(name, {})[0]
+
+
 def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
     """Build a code by name.
 
@@ -41,17 +60,7 @@ def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
     **options
         Code-specific options, e.g. ``systematic=True`` or ``degree=3``.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"code name must be a string, got {type(name).__name__}")
-    key = name.lower().replace("_", "-")
-    if key == "systematic-berrut":
-        if not options.pop("systematic", True):
-            raise ValueError("code 'systematic-berrut' cannot take systematic=False")
-        key, options = "berrut", {"systematic": True, **options}
-    try:
-        cls = _REGISTRY[key]
-    except KeyError:
-        raise ValueError(f"unknown code {name!r}; choose one of {registered_codes()}") from None
+    cls, options = _resolve(name, dict(options))
     if N is None and cls is not Uncoded:
         raise ValueError(f"code {name!r} needs N, the number of coded tasks")
     return cls(K, N, **options)

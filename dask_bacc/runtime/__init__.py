@@ -1,8 +1,18 @@
 """The coded job on Dask distributed: placement, submit, wait policies, cancel, decode, report."""
 
+from .driver import coded
 from .job import CodedJob
 from .report import JobReport
 from .submit import map_coded, submit_coded
 from .wait import FirstK, Fraction, WaitPolicy
 
-__all__ = ["CodedJob", "FirstK", "Fraction", "JobReport", "WaitPolicy", "map_coded", "submit_coded"]
+__all__ = [
+    "CodedJob",
+    "FirstK",
+    "Fraction",
+    "JobReport",
+    "WaitPolicy",
+    "coded",
+    "map_coded",
+    "submit_coded",
+]

@@ -1,0 +1,253 @@
+"""Find the map over chunks at the end of a lazy collection: its function, arguments and input.
+
+Supported final operations:
+
+- ``x.map_blocks(f, ...)`` / ``da.map_blocks(f, x, ...)`` and other per-block operations on
+  one chunked dask array (``da.blockwise`` with a single chunked input, ``x + 1`` ...);
+- ``ddf.map_partitions(f, ...)`` on one dask DataFrame/Series;
+- ``xr.apply_ufunc(f, da, dask="parallelized")`` on one chunked DataArray.
+
+Dask has no public API that hands back the function of a graph layer, so two private
+structures are read, each in one function: the tasks of a dask array's final Blockwise
+layer (:func:`_task_call`, ``dask._task_spec``) and dask-expr's ``MapPartitions``
+expression (:func:`_map_partitions_expr`). ``tests/test_rewrite.py`` checks both against
+the installed Dask so that a change there fails loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import RewriteError
+
+__all__ = ["MapCall", "RewriteError", "find_map"]
+
+
+class MapCall:
+    """``func(block, *args, **kwargs)`` over the chunks of ``data``, as found in ``result``.
+
+    Attributes
+    ----------
+    kind : {"dask.array", "dask.dataframe", "xarray.apply_ufunc"}
+    func : callable
+    data : dask.array.Array or dask.dataframe.DataFrame/Series
+        The chunked input (for ``xarray.apply_ufunc``, the DataArray's dask array).
+    args : tuple
+    kwargs : dict
+    result : the collection that was rewritten (its chunks, dtypes and labels describe the
+        output).
+
+    Deliberately not a dataclass: ``dask.delayed`` unpacks dataclasses and would compute
+    ``data`` before the driver task sees it.
+    """
+
+    __slots__ = ("args", "data", "func", "kind", "kwargs", "result")
+
+    def __init__(
+        self, kind: str, func: Callable, data: Any, args: tuple, kwargs: dict, result: Any
+    ):
+        self.kind, self.func, self.data = kind, func, data
+        self.args, self.kwargs, self.result = tuple(args), dict(kwargs), result
+
+    def __repr__(self) -> str:
+        name = getattr(self.func, "__name__", type(self.func).__name__)
+        return f"<MapCall {self.kind} {name} over {type(self.data).__name__}>"
+
+
+def find_map(collection: Any) -> MapCall:
+    """The map over chunks that produces ``collection``; raises :class:`RewriteError`."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import xarray as xr
+
+    if isinstance(collection, xr.DataArray):
+        if not isinstance(collection.data, da.Array):
+            raise RewriteError("the DataArray is not dask-backed: there is no lazy map to code")
+        call = _map_blocks_call(collection.data)
+        return MapCall(
+            "xarray.apply_ufunc", call.func, call.data, call.args, call.kwargs, collection
+        )
+    if isinstance(collection, xr.Dataset):
+        raise RewriteError(
+            "cannot rewrite a Dataset: each data variable is its own graph; rewrite a "
+            "DataArray from xr.apply_ufunc, or call dask_bacc.map_coded(f, ds, dim=...)"
+        )
+    if isinstance(collection, da.Array):
+        return _map_blocks_call(collection)
+    if isinstance(collection, (dd.DataFrame, dd.Series)):
+        return _map_partitions_call(collection)
+    raise RewriteError(
+        f"cannot rewrite a {type(collection).__module__}.{type(collection).__name__}: pass a "
+        "lazy dask array, dask DataFrame/Series or dask-backed xarray DataArray"
+    )
+
+
+# -- dask arrays --------------------------------------------------------------------------
+def _map_blocks_call(x: Any) -> MapCall:
+    from dask.blockwise import Blockwise
+    from dask.highlevelgraph import HighLevelGraph
+
+    graph = x.__dask_graph__()
+    if not isinstance(graph, HighLevelGraph):
+        raise RewriteError(f"the array's graph is a {type(graph).__name__}, not a layered graph")
+    name = _skip_passthrough(graph, x.name)
+    layer = graph.layers[name]
+    if not isinstance(layer, Blockwise):
+        raise RewriteError(
+            f"the array's final operation {name!r} is a {type(layer).__name__} layer, not a "
+            "map over blocks (x.map_blocks / da.blockwise); reductions, rechunks, slicing "
+            "and graphs fused by optimization cannot be rewritten"
+        )
+    inputs = sorted({n for n, ind in layer.indices if ind is not None})
+    if len(inputs) != 1:
+        raise RewriteError(
+            f"the map {name!r} has {len(inputs)} chunked inputs ({', '.join(inputs) or 'none'}); "
+            "a coded map needs exactly one"
+        )
+    in_name = inputs[0]
+    ann = graph.layers[in_name].collection_annotations or {}
+    if "chunks" not in ann or "dtype" not in ann:
+        raise RewriteError(f"the input layer {in_name!r} does not record its chunks and dtype")
+    chunks = ann["chunks"]
+    if any(len(c) > 1 for c in chunks[1:]) or any(len(c) > 1 for c in x.chunks[1:]):
+        raise RewriteError(
+            f"the map is chunked along axes other than 0 (input chunks {chunks}); coded "
+            "blocks are rows: rechunk to one chunk along the other axes before mapping"
+        )
+    calls = [_task_call(graph, layer[key]) for key in sorted(k for k in layer)]
+    func, args, kwargs, _ = calls[0]
+    for j, (f_j, a_j, kw_j, dep_j) in enumerate(calls):
+        if f_j is not func or not _same((a_j, kw_j), (args, kwargs)):
+            raise RewriteError(
+                f"the map {name!r} does not call one function with the same arguments on "
+                "every block (block-dependent arguments such as block_info/block_id, or a "
+                "fused graph)"
+            )
+        if dep_j[0] != in_name or dep_j[1] != j or any(i != 0 for i in dep_j[2:]):
+            raise RewriteError(f"block {j} of {name!r} does not read input block {j}")
+    if len(calls) != len(chunks[0]):
+        raise RewriteError(f"{name!r} has {len(calls)} blocks but its input has {len(chunks[0])}")
+    import dask.array as da
+
+    dtype = np.dtype(ann["dtype"])
+    data = da.Array(
+        graph.cull_layers([in_name]),
+        in_name,
+        chunks=chunks,
+        meta=np.empty((0,) * len(chunks), dtype=dtype),
+    )
+    return MapCall("dask.array", func, data, args, kwargs, x)
+
+
+def _skip_passthrough(graph: Any, name: str) -> str:
+    """Step back over layers that only alias their input (what ``apply_ufunc`` adds: a
+    getitem of its single output and an identity transpose)."""
+    while True:
+        layer = graph.layers[name]
+        deps = graph.dependencies.get(name, set())
+        if len(deps) != 1:
+            return name
+        (dep,) = deps
+        tasks = [(key, layer[key]) for key in layer]
+        # every block of the input, each under its own index (a slice would drop some)
+        if len(tasks) == len(graph.layers[dep]) and all(
+            _is_alias(key, task, dep) for key, task in tasks
+        ):
+            name = dep
+        else:
+            return name
+
+
+def _is_alias(key: Any, task: Any, dep: str) -> bool:
+    from dask._task_spec import Alias, Task, TaskRef
+
+    target = None
+    if isinstance(task, tuple) and len(task) > 1 and task[0] == dep:  # legacy key alias
+        target = task
+    elif isinstance(task, Alias):
+        target = task.target
+    elif isinstance(task, Task) and task.func is np.transpose:
+        (arg,) = task.args or (None,)
+        axes = task.kwargs.get("axes")
+        ndim = len(key) - 1
+        if isinstance(arg, TaskRef) and tuple(axes or ()) == tuple(range(ndim)):
+            target = arg.key
+    return isinstance(target, tuple) and target[0] == dep and tuple(target[1:]) == tuple(key[1:])
+
+
+def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
+    """``(func, args, kwargs, input key)`` of one block's task, the block as first argument.
+
+    Private API: ``dask._task_spec`` (``Task``, ``TaskRef``, ``DataNode``).
+    """
+    from dask._task_spec import DataNode, GraphNode, Task, TaskRef
+
+    if not isinstance(task, Task):
+        raise RewriteError(f"the block task is a {type(task).__name__}, not a function call")
+    if not task.args or not isinstance(task.args[0], TaskRef):
+        raise RewriteError(
+            "the mapped function does not take the chunk as its first argument "
+            "(x.map_blocks(f, ...) calls f(block, ...))"
+        )
+    key = task.args[0].key
+
+    def value(node: Any) -> Any:
+        if isinstance(node, DataNode):
+            return node.value
+        if isinstance(node, GraphNode):
+            if node.dependencies:
+                raise RewriteError(
+                    "the mapped function takes another dask collection as an argument "
+                    f"({sorted(map(str, node.dependencies))[:2]}): several chunked inputs "
+                    "cannot be coded together"
+                )
+            return node({})  # a nested call of literals
+        return node
+
+    args = tuple(value(a) for a in task.args[1:])
+    kwargs = {k: value(v) for k, v in task.kwargs.items()}
+    return task.func, args, kwargs, key
+
+
+def _same(a: Any, b: Any) -> bool:
+    from dask.base import tokenize
+
+    return a is b or tokenize(a) == tokenize(b)
+
+
+# -- dask dataframes -----------------------------------------------------------------------
+def _map_partitions_call(obj: Any) -> MapCall:
+    expr = _map_partitions_expr(obj)
+    if expr is None:
+        raise RewriteError(
+            f"the DataFrame's final operation is {type(obj.expr).__name__}, not "
+            "map_partitions; only ddf.map_partitions(f, ...) can be rewritten"
+        )
+    func, frame, args, kwargs = expr
+    return MapCall("dask.dataframe", func, frame, args, kwargs, obj)
+
+
+def _map_partitions_expr(obj: Any) -> tuple[Callable, Any, tuple, dict] | None:
+    """``(func, input collection, args, kwargs)`` of a ``map_partitions`` result, or None.
+
+    Private API: dask-expr's ``MapPartitions`` expression and its operands.
+    """
+    from dask.dataframe.dask_expr import new_collection
+    from dask.dataframe.dask_expr._expr import Expr, MapPartitions
+
+    expr = obj.expr
+    if not isinstance(expr, MapPartitions):
+        return None
+    frame, *args = expr.args
+    if any(isinstance(a, Expr) for a in args):
+        raise RewriteError(
+            "map_partitions takes another dask collection as an argument: several chunked "
+            "inputs cannot be coded together"
+        )
+    kwargs = dict(expr.operand("kwargs") or {})
+    if any(isinstance(v, Expr) for v in kwargs.values()):
+        raise RewriteError("map_partitions takes a dask collection as a keyword argument")
+    return expr.func, new_collection(frame), tuple(args), kwargs

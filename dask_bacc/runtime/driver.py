@@ -1,0 +1,208 @@
+"""``coded``: rewrite a lazy map over chunks so that computing it runs a coded job.
+
+A static task graph cannot say "decode from the first k of N results", so the rewritten
+collection holds one driver task (``bacc-driver-<token>``) that runs the coded job inside
+the cluster with ``worker_client()`` — encode, coded eval, first-k decode, cancel — and
+returns the K decoded blocks; the collection's chunks are picked out of its result. The
+collection stays lazy: ``.compute()``, ``.persist()`` and further operations work as usual.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+
+from .. import config
+from ..codes import Code, code_class
+from ..collections.rewrite import MapCall, find_map
+from ..exceptions import RewriteError
+from .submit import _check_common, submit_coded
+from .wait import WaitPolicy
+
+__all__ = ["coded"]
+
+#: keywords of ``submit_coded``: a mapped function's keyword arguments cannot use them
+_RESERVED = {
+    "code",
+    "n_coded",
+    "wait",
+    "timeout",
+    "client",
+    "n_blocks",
+    "blocks",
+    "combine",
+    "code_options",
+    "meta",
+    "columns",
+    "dim",
+}
+
+
+def coded(
+    collection: Any,
+    *,
+    code: str | Code | None = None,
+    n_coded: int | None = None,
+    wait: int | float | WaitPolicy | None = None,
+    timeout: float | None = None,
+    code_options: dict[str, Any] | None = None,
+    fallback: str = "raise",
+) -> Any:
+    """Rewrite a lazy map over chunks to run as a coded job; return the same kind of collection.
+
+    Parameters
+    ----------
+    collection : dask array, dask DataFrame/Series, or dask-backed xarray DataArray
+        Whose final operation is a map over chunks: ``x.map_blocks(f, ...)`` (one chunked
+        input, chunked along axis 0 only), ``ddf.map_partitions(f, ...)``, or
+        ``xr.apply_ufunc(f, da, dask="parallelized")`` (the DataArray chunked along its
+        first dimension only).
+    code, n_coded, wait, timeout, code_options
+        As in :func:`dask_bacc.map_coded`. The ``bacc.*`` configuration is read here, on
+        the client, and applied in the driver task.
+    fallback : {"raise", "plain"}
+        What to do when the final operation cannot be rewritten: raise
+        :class:`dask_bacc.RewriteError` (default), or return
+        ``collection`` unchanged (uncoded).
+
+    Returns
+    -------
+    A lazy collection of the same type, with the same chunks and labels as ``collection``.
+    Its dtypes are those of the plain map for codes that decode exactly (repetition,
+    uncoded, speculative) and float64 for numeric outputs of the approximate and
+    polynomial codes. Computing it runs one ``bacc-driver-<token>`` task, which holds
+    the K decoded blocks until the output chunks have taken them.
+
+    Raises
+    ------
+    RewriteError
+        The final operation is not a map over chunks dask-bacc can code (several chunked
+        inputs, block-dependent arguments, reductions, fused graphs, other collections).
+    TypeError, ValueError
+        Bad options, raised here; errors about the data and the cluster (too few workers,
+        non-numeric blocks) are raised when the collection is computed.
+    """
+    if fallback not in ("raise", "plain"):
+        raise ValueError(f"fallback must be 'raise' or 'plain', got {fallback!r}")
+    try:
+        call = find_map(collection)
+    except RewriteError:
+        if fallback == "plain":
+            return collection
+        raise
+    clash = sorted(_RESERVED & set(call.kwargs))
+    if clash:
+        raise RewriteError(
+            f"the mapped function takes keyword argument(s) {clash}, which map_coded "
+            "reserves for itself: pass them positionally or rename them"
+        )
+    if code is None:
+        code = config.get("code", "berrut")
+    _check_common(call.func, code, n_coded, timeout, code_options)
+    exact_dtypes = _keeps_dtype(code)
+    options = {
+        "code": code,
+        "n_coded": n_coded,
+        "wait": wait,
+        "timeout": timeout,
+        "code_options": code_options,
+    }
+    settings = _bacc_settings()
+    import dask
+
+    token = uuid.uuid4().hex
+    driver_call = MapCall(call.kind, call.func, call.data, call.args, call.kwargs, None)
+    target = _target(call, exact_dtypes)
+    driver = dask.delayed(_drive, pure=False)(
+        driver_call, options, settings, target, dask_key_name=f"bacc-driver-{token}"
+    )
+    return _rebuild(call, driver, target)
+
+
+def _keeps_dtype(code: str | Code) -> bool:
+    if isinstance(code, Code):
+        return code.keeps_dtype
+    if code.lower() == "speculative":
+        return True  # copies of the plain tasks
+    return code_class(code).keeps_dtype
+
+
+def _bacc_settings() -> dict[str, Any]:
+    import dask
+
+    return dask.config.get("bacc", default={}) or {}
+
+
+def _target(call: MapCall, exact_dtypes: bool) -> Any:
+    """The output's dtype (arrays) or meta (dataframes): the plain map's, or float64."""
+    if call.kind == "dask.dataframe":
+        meta = call.result._meta
+        if exact_dtypes:
+            return meta
+        if hasattr(meta, "columns"):
+            numeric = [c for c in meta.columns if meta[c].dtype.kind in "biuf"]
+            return meta.astype(dict.fromkeys(numeric, np.float64))
+        return meta.astype(np.float64) if meta.dtype.kind in "biuf" else meta
+    arr = call.result.data if call.kind == "xarray.apply_ufunc" else call.result
+    if any(np.isnan(c) for cs in arr.chunks for c in cs):
+        raise RewriteError("the map's output has unknown chunk sizes; pass chunks= to map_blocks")
+    dtype = np.dtype(arr.dtype)
+    return dtype if exact_dtypes or dtype.kind == "f" else np.dtype(np.float64)
+
+
+def _drive(call: MapCall, options: dict, settings: dict, target: Any) -> list[Any]:
+    """The driver task: run the coded job from inside the cluster; return the K blocks."""
+    import dask
+    from distributed import worker_client
+
+    # the client's bacc settings; set only when they differ (the config is process-wide)
+    same = dask.config.get("bacc", default={}) == settings
+    with dask.config.set({} if same else {"bacc": settings}), worker_client() as client:
+        combine = "auto" if call.kind == "dask.dataframe" else "concat"  # map_blocks concats
+        job = submit_coded(
+            call.func,
+            call.data,
+            *call.args,
+            client=client,
+            combine=combine,
+            **options,
+            **call.kwargs,
+        )
+        out = job.result()
+        parts = out.to_delayed()
+        parts = list(np.ravel(parts)) if call.kind != "dask.dataframe" else list(parts)
+        blocks = client.gather(client.compute(parts))
+    if call.kind == "dask.dataframe":
+        dtypes = target.dtypes.to_dict() if hasattr(target, "columns") else target.dtype
+        return [b.astype(dtypes) for b in blocks]
+    return [np.asarray(b).astype(target, copy=False) for b in blocks]
+
+
+def _rebuild(call: MapCall, driver: Any, target: Any) -> Any:
+    """The output collection: chunk j is block j of the driver's result."""
+    if call.kind == "dask.dataframe":
+        import dask.dataframe as dd
+
+        y = call.result
+        return dd.from_delayed(
+            [driver[j] for j in range(y.npartitions)],
+            meta=target,
+            divisions=y.divisions if y.known_divisions else None,
+            verify_meta=False,
+        )
+    import dask.array as da
+
+    y = call.result.data if call.kind == "xarray.apply_ufunc" else call.result
+    rest = tuple(c[0] for c in y.chunks[1:])
+    arr = da.concatenate(
+        [
+            da.from_delayed(driver[j], shape=(rows, *rest), dtype=target)
+            for j, rows in enumerate(y.chunks[0])
+        ],
+        axis=0,
+    )
+    if call.kind == "xarray.apply_ufunc":
+        return call.result.copy(data=arr)
+    return arr
