@@ -105,7 +105,7 @@ def _map_blocks_call(x: Any) -> MapCall:
     if len(inputs) != 1:
         raise RewriteError(
             f"the map {name!r} has {len(inputs)} chunked inputs ({', '.join(inputs) or 'none'}); "
-            "a coded map needs exactly one"
+            "a coded map needs exactly one (block_id/block_info arguments add one)"
         )
     in_name = inputs[0]
     ann = graph.layers[in_name].collection_annotations or {}

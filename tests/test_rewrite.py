@@ -1,0 +1,237 @@
+"""dask_bacc.coded: the graph rewrite of a lazy map over chunks into one coded driver task."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import cloudpickle
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from distributed import Event
+from distributed.utils_test import gen_cluster
+
+import dask_bacc
+from dask_bacc import RewriteError
+from dask_bacc.codes import BerrutCode
+from dask_bacc.collections.rewrite import _map_partitions_expr, _task_call, find_map
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+EIGHT = [("127.0.0.1", 1)] * 8
+K, N, SLOW = 4, 8, [2, 5]
+
+
+def gated_share(block, weights, slow_shares, event_name):
+    """tanh(block @ weights); a block equal to one of ``slow_shares`` first waits for the Event.
+
+    Recognising the coded share by its values makes the same coded indices straggle in
+    every job, whichever worker runs them (the driver runs the job from another process
+    position than map_coded does).
+    """
+    b = np.asarray(block)
+    if any(b.shape == s.shape and np.allclose(b, s) for s in slow_shares):
+        Event(event_name).wait()
+    return np.tanh(b @ weights)
+
+
+async def drain(release, workers):
+    """Let the gated stragglers of a finished job end, then re-arm the gate: a cancelled
+    task keeps its worker's only thread until it returns."""
+    await release.set()
+    while any(w.state.executing_count for w in workers):
+        await asyncio.sleep(0.01)
+    await release.clear()
+
+
+def data():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((4 * K, 3))
+    W = rng.standard_normal((3, 2))
+    return X, W
+
+
+def expected_berrut(X, W, returned):
+    """code.decode(f(code.encode(X))[returned], returned): what the job must give."""
+    code = BerrutCode(K, N)
+    shares = code.encode(np.stack(np.split(X, K)))
+    results = np.stack([np.tanh(shares[i] @ W) for i in returned])
+    return np.concatenate(code.decode(results, returned))
+
+
+def slow_shares(X):
+    return BerrutCode(K, N).encode(np.stack(np.split(X, K)))[SLOW]
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_map_blocks_rewrite_equals_map_coded_with_the_same_stragglers(c, s, *workers):
+    X, W = data()
+    x = da.from_array(X, chunks=(4, 3))
+    release = Event("rw-array", client=c)
+    slow = slow_shares(X)
+    y = x.map_blocks(gated_share, W, slow, "rw-array", chunks=(4, 2), dtype=float)
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    assert any(str(k).startswith("bacc-driver-") for k in dict(z.__dask_graph__()))
+    assert z.shape == y.shape and z.chunks == y.chunks and z.dtype == y.dtype
+    rewritten = await c.compute(z)
+    await drain(release, workers)
+    direct = await c.compute(
+        await dask_bacc.map_coded(
+            gated_share, x, W, slow, "rw-array", n_coded=N, wait=N - len(SLOW), client=c
+        )
+    )
+    returned = [i for i in range(N) if i not in SLOW]
+    expected = expected_berrut(X, W, returned)
+    np.testing.assert_allclose(rewritten, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(direct, expected, rtol=1e-12, atol=1e-12)
+    await release.set()
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_map_blocks_rewrite_exact_code_equals_plain_and_composes(c, s, *workers):
+    X, W = data()
+    x = da.from_array(X, chunks=(4, 3))
+    y = x.map_blocks(gated_share, W, [], "unused", chunks=(4, 2), dtype=float)
+    z = dask_bacc.coded(y, code="repetition")
+    plain = await c.compute(y)
+    np.testing.assert_array_equal(await c.compute(z), plain)
+    # further lazy operations and persist work on the rewritten collection
+    np.testing.assert_allclose(await c.compute(z.sum(axis=0)), plain.sum(axis=0))
+    persisted = c.persist(z)
+    np.testing.assert_array_equal(await c.compute(persisted), plain)
+    # an elementwise operation with a constant is a map over blocks too; integer dtype kept
+    xi = da.from_array(np.arange(32).reshape(16, 2), chunks=(4, 2))
+    zi = dask_bacc.coded(xi * 3, code="repetition")
+    assert zi.dtype == np.int64
+    np.testing.assert_array_equal(await c.compute(zi), np.arange(32).reshape(16, 2) * 3)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_apply_ufunc_rewrite_equals_map_coded(c, s, *workers):
+    X, _ = data()
+    obj = xr.DataArray(
+        X, dims=("time", "x"), coords={"time": np.arange(len(X))}, name="v", attrs={"u": "m"}
+    ).chunk({"time": 4})
+    release = Event("rw-xr", client=c)
+    slow = slow_shares(X)
+    W3 = np.eye(3)  # keep the x dimension: apply_ufunc without core dims maps elementwise-shaped
+
+    def f(b):
+        return gated_share(b, W3, slow, "rw-xr")
+
+    y = xr.apply_ufunc(f, obj, dask="parallelized", output_dtypes=[float], keep_attrs=True)
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    assert isinstance(z, xr.DataArray) and z.dims == y.dims and z.name == y.name
+    assert z.attrs == y.attrs and z.chunks == y.chunks
+    xr.testing.assert_identical(z.coords.to_dataset(), y.coords.to_dataset())
+    rewritten = (await c.compute(z)).values
+    await drain(release, workers)
+    direct = await c.compute(
+        await dask_bacc.map_coded(f, obj.data, n_coded=N, wait=N - len(SLOW), client=c)
+    )
+    np.testing.assert_allclose(rewritten, direct, rtol=1e-12, atol=1e-12)
+    await release.set()
+    exact = dask_bacc.coded(y, code="repetition")
+    xr.testing.assert_identical(await c.compute(exact), await c.compute(y))
+
+
+def _block_dependent(b, block_id=None):
+    return b + (block_id[0] if block_id else 0)
+
+
+def _unsupported():
+    x = da.ones((8, 4), chunks=(2, 4))
+    x2 = da.zeros((8, 4), chunks=(2, 4))
+    mapped = x.map_blocks(np.tanh)
+    (fused,) = dask.optimize(mapped + 1)
+    ds = xr.Dataset({"a": ("t", np.ones(8))}).chunk({"t": 2})
+    import dask.dataframe as dd
+    import pandas as pd
+
+    ddf = dd.from_pandas(pd.DataFrame({"a": np.ones(8)}), npartitions=2)
+    return [
+        ("reduction", x.sum(axis=0), "not a map over blocks"),
+        ("rechunk", mapped.rechunk((4, 4)), "not a map over blocks"),
+        ("slice", mapped[:4], "not a map over blocks"),
+        ("two chunked inputs", da.map_blocks(np.add, x, x2), "2 chunked inputs"),
+        ("collection argument", x.map_blocks(np.add, x2), "chunked input"),
+        ("block_id", x.map_blocks(_block_dependent), "block_id"),
+        ("fused graph", fused, "not a map over blocks"),
+        ("chunked along axis 1", da.ones((8, 4), chunks=(2, 2)).map_blocks(np.tanh), "axes"),
+        ("numpy", np.ones(3), "cannot rewrite"),
+        ("dataframe reduction", ddf.sum(), "not map_partitions"),
+        ("dataframe arithmetic", ddf + 1, "not map_partitions"),
+        ("dataset", ds, "Dataset"),
+        ("in-memory DataArray", xr.DataArray(np.ones(3)), "not dask-backed"),
+        ("reserved keyword", x.map_blocks(lambda b, code=1: b, code=2), "reserves"),
+    ]
+
+
+@pytest.mark.parametrize("case", _unsupported(), ids=lambda c: c[0])
+def test_unsupported_graphs_raise_and_fallback_returns_plain(case):
+    _, collection, match = case
+    with pytest.raises(RewriteError, match=match):
+        dask_bacc.coded(collection)
+    if match != "reserves":
+        assert dask_bacc.coded(collection, fallback="plain") is collection
+
+
+def test_bad_options_raise_before_anything_runs():
+    y = da.ones((8, 2), chunks=(2, 2)).map_blocks(np.tanh)
+    with pytest.raises(ValueError, match="fallback"):
+        dask_bacc.coded(y, fallback="silent")
+    with pytest.raises(ValueError, match="unknown code"):
+        dask_bacc.coded(y, code="fountain")
+    with pytest.raises(TypeError, match="n_coded"):
+        dask_bacc.coded(y, n_coded=2.5)
+    with pytest.raises(ValueError, match="timeout"):
+        dask_bacc.coded(y, timeout=-1)
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        dask_bacc.coded(
+            da.ones((8, 2), chunks=(2, 2)).map_blocks(np.tanh, chunks=((np.nan,) * 4, (2,)))
+        )
+
+
+def test_private_dask_structures_the_rewrite_reads():
+    """Fails loudly when Dask changes the internals ``find_map`` depends on."""
+    x = da.ones((8, 3), chunks=(2, 3))
+    W = np.full((3, 2), 2.0)
+
+    def f(b, w, scale=1.0):
+        return b @ w * scale
+
+    y = x.map_blocks(f, W, scale=3.0, chunks=(2, 2))
+    layer = y.__dask_graph__().layers[y.name]
+    func, args, kwargs, key = _task_call(y.__dask_graph__(), layer[(y.name, 1, 0)])
+    assert func is f and kwargs == {"scale": 3.0} and key == (x.name, 1, 0)
+    np.testing.assert_array_equal(args[0], W)
+
+    import dask.dataframe as dd
+    import pandas as pd
+
+    ddf = dd.from_pandas(pd.DataFrame({"a": np.arange(6.0)}), npartitions=2)
+
+    def g(p, c, k=1):
+        return p * c * k
+
+    func, frame, args, kwargs = _map_partitions_expr(ddf.map_partitions(g, 2, k=5))
+    assert func is g and args == (2,) and kwargs == {"k": 5}
+    pd.testing.assert_frame_equal(frame.compute(), ddf.compute())
+
+    call = find_map(
+        xr.apply_ufunc(np.tanh, xr.DataArray(np.ones((4, 2))).chunk(2), dask="parallelized")
+    )
+    assert call.func is np.tanh and call.kind == "xarray.apply_ufunc"
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_rewrite_config_is_taken_on_the_client(c, s, *workers):
+    # the code comes from bacc.code when the collection is rewritten, not when it runs
+    x = da.from_array(np.arange(16.0).reshape(8, 2), chunks=(2, 2))
+    with dask.config.set({"bacc.code": "repetition"}):
+        z = dask_bacc.coded(x.map_blocks(np.square))
+    # exact (Berrut would only approximate the square), with the plain map's dtype
+    np.testing.assert_array_equal(await c.compute(z), np.arange(16.0).reshape(8, 2) ** 2)
