@@ -5,13 +5,15 @@ Supported final operations:
 - ``x.map_blocks(f, ...)`` / ``da.map_blocks(f, x, ...)`` and other per-block operations on
   one chunked dask array (``da.blockwise`` with a single chunked input, ``x + 1`` ...);
 - ``ddf.map_partitions(f, ...)`` on one dask DataFrame/Series;
-- ``xr.apply_ufunc(f, da, dask="parallelized")`` on one chunked DataArray.
+- ``xr.apply_ufunc(f, da, dask="parallelized")`` on one chunked DataArray;
+- ``xr.map_blocks(f, obj)`` on one DataArray/Dataset chunked along one dimension.
 
-Dask has no public API that hands back the function of a graph layer, so two private
-structures are read, each in one function: the tasks of a dask array's final Blockwise
-layer (:func:`_task_call`, ``dask._task_spec``) and dask-expr's ``MapPartitions``
-expression (:func:`_map_partitions_expr`). ``tests/test_rewrite.py`` checks both against
-the installed Dask so that a change there fails loudly.
+Dask and xarray have no public API that hands back the function of a graph layer, so
+three private structures are read, each in one function: the tasks of a dask array's
+final Blockwise layer (:func:`_task_call`, ``dask._task_spec``), dask-expr's
+``MapPartitions`` expression (:func:`_map_partitions_expr`) and the tasks
+``xr.map_blocks`` writes (:func:`_xarray_map_blocks_parts`). ``tests/test_rewrite.py``
+checks each against the installed versions so that a change there fails loudly.
 """
 
 from __future__ import annotations
@@ -31,26 +33,37 @@ class MapCall:
 
     Attributes
     ----------
-    kind : {"dask.array", "dask.dataframe", "xarray.apply_ufunc"}
+    kind : {"dask.array", "dask.dataframe", "xarray.apply_ufunc", "xarray.map_blocks"}
     func : callable
-    data : dask.array.Array or dask.dataframe.DataFrame/Series
+    data : dask array, dask DataFrame/Series, or xarray object
         The chunked input (for ``xarray.apply_ufunc``, the DataArray's dask array).
     args : tuple
     kwargs : dict
     result : the collection that was rewritten (its chunks, dtypes and labels describe the
         output).
 
+    dim : str or None
+        ``xarray.map_blocks``: the chunked dimension.
+
     Deliberately not a dataclass: ``dask.delayed`` unpacks dataclasses and would compute
     ``data`` before the driver task sees it.
     """
 
-    __slots__ = ("args", "data", "func", "kind", "kwargs", "result")
+    __slots__ = ("args", "data", "dim", "func", "kind", "kwargs", "result")
 
     def __init__(
-        self, kind: str, func: Callable, data: Any, args: tuple, kwargs: dict, result: Any
+        self,
+        kind: str,
+        func: Callable,
+        data: Any,
+        args: tuple,
+        kwargs: dict,
+        result: Any,
+        dim: str | None = None,
     ):
         self.kind, self.func, self.data = kind, func, data
         self.args, self.kwargs, self.result = tuple(args), dict(kwargs), result
+        self.dim = dim
 
     def __repr__(self) -> str:
         name = getattr(self.func, "__name__", type(self.func).__name__)
@@ -63,6 +76,11 @@ def find_map(collection: Any) -> MapCall:
     import dask.dataframe as dd
     import xarray as xr
 
+    if isinstance(collection, (xr.DataArray, xr.Dataset)):
+        parts = _xarray_map_blocks_parts(collection)
+        if parts is not None:
+            func, data, args, kwargs, dim = parts
+            return MapCall("xarray.map_blocks", func, data, args, kwargs, collection, dim)
     if isinstance(collection, xr.DataArray):
         if not isinstance(collection.data, da.Array):
             raise RewriteError("the DataArray is not dask-backed: there is no lazy map to code")
@@ -72,8 +90,9 @@ def find_map(collection: Any) -> MapCall:
         )
     if isinstance(collection, xr.Dataset):
         raise RewriteError(
-            "cannot rewrite a Dataset: each data variable is its own graph; rewrite a "
-            "DataArray from xr.apply_ufunc, or call dask_bacc.map_coded(f, ds, dim=...)"
+            "cannot rewrite this Dataset: its final operation is not xr.map_blocks (each "
+            "data variable of an apply_ufunc result is its own graph); call "
+            "dask_bacc.map_coded(f, ds, dim=...) instead"
         )
     if isinstance(collection, da.Array):
         return _map_blocks_call(collection)
@@ -251,3 +270,108 @@ def _map_partitions_expr(obj: Any) -> tuple[Callable, Any, tuple, dict] | None:
     if any(isinstance(v, Expr) for v in kwargs.values()):
         raise RewriteError("map_partitions takes a dask collection as a keyword argument")
     return expr.func, new_collection(frame), tuple(args), kwargs
+
+
+# -- xr.map_blocks ---------------------------------------------------------------------------
+def _xarray_map_blocks_parts(obj: Any) -> tuple[Callable, Any, tuple, dict, str] | None:
+    """``(func, input object, args, kwargs, dim)`` of an ``xr.map_blocks`` result, or None.
+
+    Private API: the tasks ``xr.map_blocks`` writes. Each output block is
+    ``(_wrapper, func, [block, *args], kwargs, is_array, expected, ...)`` where ``block``
+    builds a Dataset from ``(dims, input chunk key, attrs)`` entries per variable and
+    ``(dims, index values, attrs)`` per index coordinate; the input's variables are dask
+    arrays whose layers record their chunks and dtype.
+    """
+    import dask.array as da
+    import xarray as xr
+    from dask.highlevelgraph import HighLevelGraph
+
+    if isinstance(obj, xr.DataArray):
+        candidates = [obj.variable, *(c.variable for c in obj.coords.values())]
+    else:
+        candidates = list(obj.variables.values())
+    variables = [v for v in candidates if isinstance(v.data, da.Array)]
+    if not variables:
+        return None
+    graph = obj.__dask_graph__()
+    if not isinstance(graph, HighLevelGraph):
+        return None
+    first = variables[0].data
+    probe = graph.get((first.name, *(0,) * first.ndim))
+    # an output variable of map_blocks is (getitem, (main layer, *block index), name)
+    if not (isinstance(probe, tuple) and len(probe) == 3 and isinstance(probe[1], tuple)):
+        return None
+    main = probe[1][0]
+    if main not in graph.layers:
+        return None
+    layer = graph.layers[main]
+    wrappers = {
+        k: t
+        for k, t in layer.items()
+        if k[0] == main
+        and isinstance(t, tuple)
+        and getattr(t[0], "__qualname__", "") == "map_blocks.<locals>._wrapper"
+    }
+    if not wrappers:
+        return None
+    keys = sorted(wrappers)
+    _, func, arg_list, kwargs, is_array, *_ = wrappers[keys[0]]
+    if any(is_array[1:]) or any(_is_xarray_block(a) for a in arg_list[1:]):
+        raise RewriteError("xr.map_blocks maps over several xarray objects: cannot code them")
+    blocks = [wrappers[k][2][0] for k in keys]
+    kind, data_vars, coords, attrs = blocks[0]
+    if kind is not xr.Dataset:
+        raise RewriteError(f"unexpected xr.map_blocks block structure ({kind!r})")
+    built: dict[Any, Any] = {}
+    index_coords = []
+    for name, sub in data_vars[1] + coords[1]:
+        dims, ref, var_attrs = graph[sub][1]
+        if not (isinstance(ref, tuple) and ref and ref[0] in graph.layers):
+            index_coords.append((name, dims, var_attrs))  # its values sit in each block's task
+            continue
+        ann = graph.layers[ref[0]].collection_annotations or {}
+        if "chunks" not in ann or "dtype" not in ann:
+            raise RewriteError(f"the input layer {ref[0]!r} does not record its chunks")
+        data = da.Array(
+            graph.cull_layers([ref[0]]),
+            ref[0],
+            chunks=ann["chunks"],
+            meta=np.empty((0,) * len(ann["chunks"]), dtype=ann["dtype"]),
+        )
+        built[name] = (dims, data, var_attrs)
+    chunked = sorted(
+        {
+            d
+            for dims, data, _ in built.values()
+            for d, c in zip(dims, data.chunks, strict=True)
+            if len(c) > 1
+        }
+    )
+    if len(chunked) != 1:
+        raise RewriteError(
+            f"xr.map_blocks maps over chunks along {len(chunked)} dimensions {chunked}; a "
+            "coded map needs the object chunked along exactly one"
+        )
+    for name, dims, var_attrs in index_coords:
+        pieces = [np.asarray(graph[dict(b[2][1])[name]][1][1]) for b in blocks]
+        data = np.concatenate(pieces) if chunked[0] in dims else pieces[0]
+        built[name] = (dims, data, var_attrs)
+    names = {n for n, _ in data_vars[1]}
+    ds = xr.Dataset(
+        {n: v for n, v in built.items() if n in names},
+        coords={n: v for n, v in built.items() if n not in names},
+        attrs=attrs,
+    )
+    data: Any = ds
+    if is_array[0]:
+        (name,) = names
+        data = ds[name]
+        if not isinstance(name, str):  # xarray's placeholder for an unnamed DataArray
+            data = data.rename(None)
+    return func, data, tuple(arg_list[1:]), dict(kwargs), chunked[0]
+
+
+def _is_xarray_block(arg: Any) -> bool:
+    import xarray as xr
+
+    return isinstance(arg, tuple) and bool(arg) and arg[0] in (xr.Dataset, xr.DataArray)

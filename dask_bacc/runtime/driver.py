@@ -54,11 +54,13 @@ def coded(
 
     Parameters
     ----------
-    collection : dask array, dask DataFrame/Series, or dask-backed xarray DataArray
+    collection : dask array, dask DataFrame/Series, or dask-backed xarray object
         Whose final operation is a map over chunks: ``x.map_blocks(f, ...)`` (one chunked
-        input, chunked along axis 0 only), ``ddf.map_partitions(f, ...)``, or
+        input, chunked along axis 0 only), ``ddf.map_partitions(f, ...)``,
         ``xr.apply_ufunc(f, da, dask="parallelized")`` (the DataArray chunked along its
-        first dimension only).
+        first dimension only), or ``xr.map_blocks(f, obj)`` (one DataArray/Dataset
+        chunked along one dimension; ``f`` then sees what ``map_coded(f, obj, dim=...)``
+        gives it).
     code, n_coded, wait, timeout, code_options
         As in :func:`dask_bacc.map_coded`. The ``bacc.*`` configuration is read here, on
         the client, and applied in the driver task.
@@ -113,7 +115,7 @@ def coded(
     import dask
 
     token = uuid.uuid4().hex
-    driver_call = MapCall(call.kind, call.func, call.data, call.args, call.kwargs, None)
+    driver_call = MapCall(call.kind, call.func, call.data, call.args, call.kwargs, None, call.dim)
     target = _target(call, exact_dtypes)
     driver = dask.delayed(_drive, pure=False)(
         driver_call, options, settings, target, dask_key_name=f"bacc-driver-{token}"
@@ -145,32 +147,60 @@ def _target(call: MapCall, exact_dtypes: bool) -> Any:
             numeric = [c for c in meta.columns if meta[c].dtype.kind in "biuf"]
             return meta.astype(dict.fromkeys(numeric, np.float64))
         return meta.astype(np.float64) if meta.dtype.kind in "biuf" else meta
+    if call.kind == "xarray.map_blocks":
+        # coordinates are labels map_coded restores, not decoded values: their dtype stays
+        coords = set(call.result.coords)
+        return {
+            name: (v.shape, _float_unless(v.dtype, exact_dtypes or name in coords))
+            for name, v in _lazy_variables(call.result).items()
+        }
     arr = call.result.data if call.kind == "xarray.apply_ufunc" else call.result
     if any(np.isnan(c) for cs in arr.chunks for c in cs):
         raise RewriteError("the map's output has unknown chunk sizes; pass chunks= to map_blocks")
-    dtype = np.dtype(arr.dtype)
+    return _float_unless(arr.dtype, exact_dtypes)
+
+
+def _float_unless(dtype: Any, exact_dtypes: bool) -> np.dtype:
+    dtype = np.dtype(dtype)
     return dtype if exact_dtypes or dtype.kind == "f" else np.dtype(np.float64)
 
 
-def _drive(call: MapCall, options: dict, settings: dict, target: Any) -> list[Any]:
-    """The driver task: run the coded job from inside the cluster; return the K blocks."""
+def _lazy_variables(obj: Any) -> dict[Any, Any]:
+    """The dask-backed variables of an xarray object; ``None`` names a DataArray's data."""
+    import dask.array as da
+    import xarray as xr
+
+    if isinstance(obj, xr.DataArray):
+        variables = {None: obj.variable, **{n: c.variable for n, c in obj.coords.items()}}
+    else:
+        variables = dict(obj.variables)
+    return {n: v for n, v in variables.items() if isinstance(v.data, da.Array)}
+
+
+def _drive(call: MapCall, options: dict, settings: dict, target: Any) -> Any:
+    """The driver task: run the coded job from inside the cluster; return the K blocks
+    (for ``xr.map_blocks``, the values of each lazy variable)."""
     import dask
     from distributed import worker_client
 
     # the client's bacc settings; set only when they differ (the config is process-wide)
     same = dask.config.get("bacc", default={}) == settings
     with dask.config.set({} if same else {"bacc": settings}), worker_client() as client:
-        combine = "auto" if call.kind == "dask.dataframe" else "concat"  # map_blocks concats
+        combine = "concat" if call.kind in ("dask.array", "xarray.apply_ufunc") else "auto"
+        labels = {"dim": call.dim} if call.kind == "xarray.map_blocks" else {}
         job = submit_coded(
             call.func,
             call.data,
             *call.args,
             client=client,
             combine=combine,
+            **labels,
             **options,
             **call.kwargs,
         )
         out = job.result()
+        if call.kind == "xarray.map_blocks":
+            return _xarray_values(client.compute(out).result(), target)
         parts = out.to_delayed()
         parts = list(np.ravel(parts)) if call.kind != "dask.dataframe" else list(parts)
         blocks = client.gather(client.compute(parts))
@@ -178,6 +208,21 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any) -> list[An
         dtypes = target.dtypes.to_dict() if hasattr(target, "columns") else target.dtype
         return [b.astype(dtypes) for b in blocks]
     return [np.asarray(b).astype(target, copy=False) for b in blocks]
+
+
+def _xarray_values(out: Any, target: dict) -> dict[Any, np.ndarray]:
+    """The values of each lazy variable of ``xr.map_blocks``' result, from the coded output."""
+    values = {}
+    for name, (shape, dtype) in target.items():
+        var = out.variable if name is None else out.variables.get(name)
+        if var is None or var.shape != shape:
+            raise ValueError(
+                f"the coded output's variable {name!r} has shape "
+                f"{None if var is None else var.shape}, but xr.map_blocks expects {shape}: "
+                "f must keep the layout xr.map_blocks' template describes (rows along dim)"
+            )
+        values[name] = np.asarray(var.values).astype(dtype, copy=False)
+    return values
 
 
 def _rebuild(call: MapCall, driver: Any, target: Any) -> Any:
@@ -194,6 +239,8 @@ def _rebuild(call: MapCall, driver: Any, target: Any) -> Any:
         )
     import dask.array as da
 
+    if call.kind == "xarray.map_blocks":
+        return _rebuild_xarray(call.result, driver, target)
     y = call.result.data if call.kind == "xarray.apply_ufunc" else call.result
     rest = tuple(c[0] for c in y.chunks[1:])
     arr = da.concatenate(
@@ -206,3 +253,21 @@ def _rebuild(call: MapCall, driver: Any, target: Any) -> Any:
     if call.kind == "xarray.apply_ufunc":
         return call.result.copy(data=arr)
     return arr
+
+
+def _rebuild_xarray(y: Any, driver: Any, target: dict) -> Any:
+    """``y`` with every lazy variable read from the driver's result, in ``y``'s chunks."""
+    import dask.array as da
+    import xarray as xr
+
+    lazy = _lazy_variables(y)
+    arrays = {
+        name: da.from_delayed(driver[name], shape=shape, dtype=dtype).rechunk(lazy[name].chunks)
+        for name, (shape, dtype) in target.items()
+    }
+    if isinstance(y, xr.DataArray):
+        out = y.copy(data=arrays.pop(None)) if None in arrays else y.copy()
+    else:
+        out = y.copy(data={n: arrays.pop(n, v.data) for n, v in y.data_vars.items()})
+    coords = {n: (y[n].dims, a, y[n].attrs) for n, a in arrays.items()}
+    return out.assign_coords(coords) if coords else out
