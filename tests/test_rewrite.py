@@ -54,11 +54,11 @@ def data():
     return X, W
 
 
-def expected_berrut(X, W, returned):
+def expected_berrut(X, W, returned, act=np.tanh):
     """code.decode(f(code.encode(X))[returned], returned): what the job must give."""
     code = BerrutCode(K, N)
     shares = code.encode(np.stack(np.split(X, K)))
-    results = np.stack([np.tanh(shares[i] @ W) for i in returned])
+    results = np.stack([act(shares[i] @ W) for i in returned])
     return np.concatenate(code.decode(results, returned))
 
 
@@ -138,6 +138,103 @@ async def test_apply_ufunc_rewrite_equals_map_coded(c, s, *workers):
     xr.testing.assert_identical(await c.compute(exact), await c.compute(y))
 
 
+def gated_dataset(block, slow_shares, event_name):
+    """tanh of every variable; a block whose ``a`` equals a slow share waits for the Event."""
+    if any(
+        block["a"].shape == sh.shape and np.allclose(block["a"].values, sh) for sh in slow_shares
+    ):
+        Event(event_name).wait()
+    return np.tanh(block)
+
+
+def dataset(X):
+    return xr.Dataset(
+        {"a": (("time", "x"), X), "b": ("time", X[:, 0] * 2)},
+        coords={"time": np.arange(len(X)), "x": [10, 20, 30], "lab": ("time", np.arange(len(X)))},
+        attrs={"title": "t"},
+    ).chunk({"time": 4})
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_xr_map_blocks_rewrite_equals_map_coded(c, s, *workers):
+    X, _ = data()
+    ds = dataset(X)
+    release = Event("rw-xr-blocks", client=c)
+    slow = slow_shares(X)
+    y = xr.map_blocks(gated_dataset, ds, args=(slow, "rw-xr-blocks"))
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    assert isinstance(z, xr.Dataset) and z.chunks == y.chunks and z.attrs == y.attrs
+    rewritten = await c.compute(z)
+    await drain(release, workers)
+    direct = await c.compute(
+        await dask_bacc.map_coded(
+            gated_dataset,
+            ds,
+            slow,
+            "rw-xr-blocks",
+            dim="time",
+            n_coded=N,
+            wait=N - len(SLOW),
+            client=c,
+        )
+    )
+    await release.set()
+    xr.testing.assert_allclose(rewritten, direct, rtol=1e-12, atol=1e-12)
+    assert rewritten.lab.dtype == ds.lab.dtype  # labels are restored, not decoded
+    exact = await c.compute(dask_bacc.coded(y, code="repetition"))
+    xr.testing.assert_identical(exact, await c.compute(y))
+    # a DataArray, unnamed, composed with a further reduction
+    arr = ds.a.rename(None)
+    ya = xr.map_blocks(np.tanh, arr)
+    za = dask_bacc.coded(ya, code="repetition").sum("x")
+    xr.testing.assert_identical(await c.compute(za), await c.compute(ya.sum("x")))
+
+
+def gated_frame(part, slow_shares, event_name):
+    """tanh of the partition; a partition equal to a slow coded share waits for the Event."""
+    values = part.to_numpy()
+    if any(values.shape == sh.shape and np.allclose(values, sh) for sh in slow_shares):
+        Event(event_name).wait()
+    return np.tanh(part * 2)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_map_partitions_rewrite_equals_map_coded(c, s, *workers):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    X, _ = data()
+    df = pd.DataFrame(X, columns=["a", "b", "c"], index=pd.RangeIndex(100, 100 + len(X)))
+    ddf = dd.from_pandas(df, npartitions=K, sort=True)
+    release = Event("rw-frame", client=c)
+    slow = slow_shares(X)
+    y = ddf.map_partitions(gated_frame, slow, "rw-frame")
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    assert isinstance(z, dd.DataFrame) and z.npartitions == K and z.divisions == y.divisions
+    assert list(z.columns) == list(y.columns)
+    rewritten = await c.compute(z)
+    await drain(release, workers)
+    direct = await c.compute(
+        await dask_bacc.map_coded(
+            gated_frame, ddf, slow, "rw-frame", n_coded=N, wait=N - len(SLOW), client=c
+        )
+    )
+    await release.set()
+    pd.testing.assert_frame_equal(rewritten, direct, rtol=1e-12, atol=1e-12)
+    pd.testing.assert_index_equal(rewritten.index, df.index)
+    returned = [i for i in range(N) if i not in SLOW]
+    expected = expected_berrut(X, np.eye(3), returned, lambda v: np.tanh(2 * v))
+    np.testing.assert_allclose(rewritten.to_numpy(), expected, rtol=1e-12, atol=1e-12)
+    # exact code: equals the plain map, and a further lazy reduction composes
+    exact = dask_bacc.coded(y, code="repetition")
+    pd.testing.assert_frame_equal(await c.compute(exact), await c.compute(y))
+    pd.testing.assert_series_equal(await c.compute(exact.sum()), await c.compute(y.sum()))
+    series = ddf.a.map_partitions(np.square)
+    pd.testing.assert_series_equal(
+        await c.compute(dask_bacc.coded(series, code="repetition")), await c.compute(series)
+    )
+
+
 def _block_dependent(b, block_id=None):
     return b + (block_id[0] if block_id else 0)
 
@@ -165,6 +262,12 @@ def _unsupported():
         ("dataframe reduction", ddf.sum(), "not map_partitions"),
         ("dataframe arithmetic", ddf + 1, "not map_partitions"),
         ("dataset", ds, "Dataset"),
+        ("map_blocks of two objects", xr.map_blocks(np.add, ds, args=(ds,)), "several"),
+        (
+            "map_blocks chunked along two dims",
+            xr.map_blocks(np.tanh, xr.DataArray(np.ones((4, 4))).chunk(2)),
+            "2 dimensions",
+        ),
         ("in-memory DataArray", xr.DataArray(np.ones(3)), "not dask-backed"),
         ("reserved keyword", x.map_blocks(lambda b, code=1: b, code=2), "reserves"),
     ]
@@ -220,6 +323,12 @@ def test_private_dask_structures_the_rewrite_reads():
     func, frame, args, kwargs = _map_partitions_expr(ddf.map_partitions(g, 2, k=5))
     assert func is g and args == (2,) and kwargs == {"k": 5}
     pd.testing.assert_frame_equal(frame.compute(), ddf.compute())
+
+    X, _ = data()
+    ds = dataset(X)
+    call = find_map(xr.map_blocks(np.tanh, ds, kwargs={}))
+    assert call.kind == "xarray.map_blocks" and call.func is np.tanh and call.dim == "time"
+    xr.testing.assert_identical(call.data, ds)  # the input, rebuilt from the tasks
 
     call = find_map(
         xr.apply_ufunc(np.tanh, xr.DataArray(np.ones((4, 2))).chunk(2), dask="parallelized")
