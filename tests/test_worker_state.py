@@ -19,10 +19,10 @@ def test_eval_after_done_returns_without_calling_func():
         return x
 
     token = "test-eval-after-done"
-    assert worker.eval_task(token, 0, 0, func, np.ones(2), (), {}) is not None
+    assert worker.eval_task(token, 0, 0, func, np.ones(2), ((), {})) is not None
     worker.mark_done(token)
     assert worker.is_done(token)
-    assert worker.eval_task(token, 1, 0, func, np.ones(2), (), {}) is None
+    assert worker.eval_task(token, 1, 0, func, np.ones(2), ((), {})) is None
     assert len(calls) == 1
 
 

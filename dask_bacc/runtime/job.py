@@ -22,7 +22,15 @@ from ..exceptions import InsufficientResults
 from .placement import spread_order
 from .report import JobReport
 from .wait import WaitPolicy
-from .worker import InvalidInput, decode_task, encode_task, eval_task, inspect_task, mark_done
+from .worker import (
+    InvalidInput,
+    decode_task,
+    encode_task,
+    eval_task,
+    hold,
+    inspect_task,
+    mark_done,
+)
 
 __all__ = ["CodedJob"]
 
@@ -76,6 +84,7 @@ class CodedJob:
             workers=list(workers),
         )
         self._start = time.perf_counter()
+        self._call: Any = (args, kwargs)  # or a future of it: see _ship_arguments
         self._evals: dict[int, Any] = {}
         self._chunks: list[Any] = []
         self._stage: list[Any] = []  # inspect and decode futures in flight (empty: waiting)
@@ -155,8 +164,7 @@ class CodedJob:
             self.seq,
             self.func,
             share,
-            self.args,
-            self.kwargs,
+            self._call,
             key=(f"{name}-{self.token}", i),
             workers=[addr],
             allow_other_workers=False,
@@ -191,7 +199,20 @@ class CodedJob:
             )
             self._evals[i] = self._submit_eval(i, addr, share)
 
+    def _ship_arguments(self) -> None:
+        """Send large ``args``/``kwargs`` (e.g. model weights) once, as one task the eval
+        tasks depend on, instead of once inside each of the N task specs."""
+        from dask.sizeof import sizeof
+        from dask.utils import parse_bytes
+
+        limit = parse_bytes(config.get("args-inline-limit", "64 kiB"))
+        if (self.args or self.kwargs) and sizeof((self.args, self.kwargs)) > limit:
+            self._call = self.client.submit(
+                hold, (self.args, self.kwargs), key=f"bacc-args-{self.token}"
+            )
+
     async def _submit(self) -> None:
+        self._ship_arguments()
         await self._launch()
         self._task = asyncio.ensure_future(self._run())
         _running.add(self._task)
@@ -463,6 +484,7 @@ class CodedJob:
         self._pending.clear()
         self._index_of.clear()
         self._chunks.clear()
+        self._call = None
         self._stage, self._decodes, self._inspect, self._decode_error = [], [], None, None
         return cancel
 

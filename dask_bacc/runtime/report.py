@@ -41,6 +41,9 @@ class JobReport:
         the speculative strategy also the losing copy of a block).
     backups : list of int
         Speculative strategy: backup copies launched (coded index ``K + j`` copies block j).
+    rerouted : dict of int to str
+        ``CodedData.map``: coded tasks evaluated on a spare worker instead of the one
+        holding their share (it still ran a cancelled straggler, or holds two shares).
     arrival : dict of int to float
         When each finished result arrived.
     trigger : str or None
@@ -72,6 +75,7 @@ class JobReport:
     failed: dict[int, str] = field(default_factory=dict)
     cancelled: int = 0
     backups: list[int] = field(default_factory=list)
+    rerouted: dict[int, str] = field(default_factory=dict)
     arrival: dict[int, float] = field(default_factory=dict)
     trigger: str | None = None
     target_met: float | None = None
@@ -85,6 +89,7 @@ class JobReport:
         out = asdict(self)
         out["failed"] = {str(k): v for k, v in self.failed.items()}
         out["arrival"] = {str(k): v for k, v in self.arrival.items()}
+        out["rerouted"] = {str(k): v for k, v in self.rerouted.items()}
         return out
 
     def __repr__(self) -> str:
@@ -100,7 +105,8 @@ class JobReport:
             f"{t(self.slowest_used)}",
             f"  straggled {len(self.straggled)} (cancelled {self.cancelled}), late "
             f"{len(self.late)}, failed {len(self.failed)}"
-            + (f", backups {len(self.backups)}" if self.backups else ""),
+            + (f", backups {len(self.backups)}" if self.backups else "")
+            + (f", rerouted {len(self.rerouted)}" if self.rerouted else ""),
         ]
         for i, reason in sorted(self.failed.items()):
             lines.append(

@@ -78,6 +78,34 @@ def _build_code(
     return get_code(name, K, n_coded, **options)
 
 
+async def _live_workers(client: Any) -> tuple[dict[str, Any], int]:
+    """The scheduler's workers, and how many of them are running."""
+    info = await client.scheduler.identity(n_workers=-1)
+    workers = info.get("workers", {})
+    return workers, sum(1 for w in workers.values() if w.get("status", "running") == "running")
+
+
+def _adapt(
+    data: Any,
+    code: str | Code,
+    n_workers: int,
+    n_blocks: int | None,
+    blocks: int | None,
+    labels: dict[str, Any],
+) -> Any:
+    """``adapt`` with the defaults of a coded job: K up to ``workers / redundancy``."""
+    redundancy = float(config.get("redundancy", 2.0))
+    if isinstance(code, Code) and n_blocks is None and blocks is None and is_numpy(data):
+        n_blocks = code.K  # a Code instance fixes K
+    return adapt(
+        data,
+        n_blocks=n_blocks,
+        blocks=blocks,
+        max_blocks=max(1, int(n_workers / max(redundancy, 1.0))),
+        **labels,
+    )
+
+
 async def _submit(
     client: Any,
     func: Callable[..., Any],
@@ -94,19 +122,8 @@ async def _submit(
     code_options: dict[str, Any],
     labels: dict[str, Any],
 ) -> CodedJob:
-    info = await client.scheduler.identity(n_workers=-1)
-    workers = info.get("workers", {})
-    n_workers = sum(1 for w in workers.values() if w.get("status", "running") == "running")
-    redundancy = float(config.get("redundancy", 2.0))
-    if isinstance(code, Code) and n_blocks is None and blocks is None and is_numpy(data):
-        n_blocks = code.K  # a Code instance fixes K
-    data_blocks = adapt(
-        data,
-        n_blocks=n_blocks,
-        blocks=blocks,
-        max_blocks=max(1, int(n_workers / max(redundancy, 1.0))),
-        **labels,
-    )
+    workers, n_workers = await _live_workers(client)
+    data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
     if timeout is None:
         timeout = config.get("timeout", None)
     timeout = None if timeout is None else float(timeout)

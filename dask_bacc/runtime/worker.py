@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +21,11 @@ from ..exceptions import InvalidResult
 
 __all__ = [
     "InvalidInput",
+    "cancelled",
     "decode_task",
     "encode_task",
     "eval_task",
+    "hold",
     "inspect_task",
     "is_done",
     "mark_done",
@@ -35,6 +37,8 @@ STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
 _lock = threading.Lock()
 _done: OrderedDict[str, threading.Event] = OrderedDict()
 _MAX_TOKENS = 4096
+_running: Counter[str] = Counter()  # job token -> eval tasks executing in this process
+_current = threading.local()  # the job token of the eval task this thread runs
 
 
 class InvalidInput(ValueError):
@@ -68,6 +72,32 @@ def wait_done(token: str, timeout: float) -> bool:
     if timeout <= 0:
         return is_done(token)
     return _event(token).wait(timeout)
+
+
+def cancelled() -> bool:
+    """Whether the coded job that called this function no longer needs its result.
+
+    Call it from a long-running ``func`` (e.g. between iterations) and return early when
+    it is True: the job has decoded without this task or was cancelled. Python cannot
+    stop a running thread, so a cancelled straggler otherwise keeps its worker's thread
+    until ``func`` returns, and the next job's task on that worker waits behind it.
+    Outside a coded task it returns False.
+    """
+    token = getattr(_current, "token", None)
+    return token is not None and is_done(token)
+
+
+def hold(value: Any) -> Any:
+    """A task that holds ``value`` (in its spec, so it is recomputable): e.g. the arguments
+    every eval task of a job shares, shipped once."""
+    return value
+
+
+def running_evals() -> int:
+    """Coded eval tasks executing in this worker process right now (each holds a thread;
+    a cancelled straggler keeps holding it until ``func`` returns)."""
+    with _lock:
+        return sum(_running.values())
 
 
 def weighted_sum(weights: np.ndarray, arrays: tuple[Any, ...], tile: int = 1 << 16) -> np.ndarray:
@@ -114,10 +144,10 @@ def eval_task(
     seq: int,
     func: Callable[..., Any],
     share: np.ndarray,
-    args: tuple,
-    kwargs: dict,
+    call: tuple[tuple, dict],
 ) -> np.ndarray | None:
-    """Evaluate ``func`` on one coded share and check that the result can be decoded.
+    """Evaluate ``func(share, *args, **kwargs)`` for ``call = (args, kwargs)`` and check
+    that the result can be decoded.
 
     Returns ``None`` without calling ``func`` when the job already decoded. A straggler
     plugin (see :mod:`dask_bacc.stragglers`) may add a delay, which ends early when the job
@@ -126,8 +156,19 @@ def eval_task(
     if is_done(token):
         return None
     start = time.perf_counter()
-    out = func(share, *args, **kwargs)
-    straggle(index, seq, start, lambda delay: wait_done(token, delay))
+    with _lock:
+        _running[token] += 1
+    _current.token = token
+    args, kwargs = call
+    try:
+        out = func(share, *args, **kwargs)
+        straggle(index, seq, start, lambda delay: wait_done(token, delay))
+    finally:
+        _current.token = None
+        with _lock:
+            _running[token] -= 1
+            if _running[token] <= 0:
+                del _running[token]
     return check_result(out)
 
 

@@ -1,0 +1,334 @@
+"""Encode once, compute many times: coded shares kept on the workers (``dask_bacc.encode``).
+
+Training loops and prediction serving call a new function on the same data at every step.
+:func:`encode` computes the N coded shares once, as tasks one per distinct worker, and
+:class:`CodedData` keeps their futures; each :meth:`CodedData.map` runs one coded job
+whose eval tasks read the shares where they already are.
+
+- The shares are tasks, never scattered data: a share lost with its worker is recomputed
+  by Dask from its lineage (its task spec for in-memory data, the input chunks otherwise),
+  on another worker. Share tasks are pinned loosely for that reason; each call pins its
+  eval tasks strictly to the worker that holds the share at that moment.
+- A cancelled straggler of an earlier call may still run on its worker (Python cannot
+  stop a thread). Each call asks the share holders whether they are still running coded
+  eval tasks (:func:`~dask_bacc.runtime.worker.running_evals`) and evaluates those shares
+  on spare workers instead of queueing behind them (``bacc.reroute-busy``).
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from distributed import default_client
+
+from .. import config
+from ..codes import Code
+from .job import CodedJob
+from .placement import choose_workers, spread_order
+from .submit import _adapt, _build_code, _check_common, _live_workers
+from .wait import WaitPolicy, resolve_wait
+from .worker import encode_task, running_evals
+
+__all__ = ["CodedData", "encode"]
+
+
+class CodedData:
+    """N coded shares of K data blocks, held in cluster memory (made by :func:`encode`).
+
+    Use :meth:`map` (or :meth:`submit`) to run a function on the shares, :meth:`release`
+    (or a ``with`` block) to free them.
+
+    Attributes
+    ----------
+    code : Code
+        The code the shares were made with (K, N).
+    token : str
+        Names the share tasks ``("bacc-encode-<token>", i)``.
+    workers : list of str
+        The worker each share was placed on at encoding time.
+    """
+
+    def __init__(self, client: Any, code: Code, blocks: Any, workers: list[str]):
+        self.client = client
+        self.code = code
+        self.blocks = blocks
+        self.workers = list(workers)
+        self.token = uuid.uuid4().hex
+        self.shares: list[Any] = []
+        self._chunks: list[Any] = []  # the input chunks' futures: the shares' lineage
+        self._released = False
+
+    async def _launch(self) -> None:
+        client, tok, code = self.client, self.token, self.code
+        if self.blocks.local:
+            coded = code.encode(self.blocks.stacked())
+            if coded.dtype.kind == "f" and not np.isfinite(coded).all():
+                raise ValueError("encoding overflowed to inf: rescale the data")
+            recipes = [(np.asarray, (coded[i],)) for i in range(code.N)]
+        else:
+            self._chunks = await self.blocks.to_futures(client)
+            E = code.encoding_matrix()
+            recipes = []
+            for i in range(code.N):
+                nz = np.flatnonzero(E[i])
+                recipes.append((encode_task, (E[i, nz], *[self._chunks[j] for j in nz])))
+        shares: dict[int, Any] = {}
+        for i in spread_order(code.N):
+            fn, args = recipes[i]
+            shares[i] = client.submit(
+                fn,
+                *args,
+                key=(f"bacc-encode-{tok}", i),
+                workers=[self.workers[i]],
+                allow_other_workers=True,  # a lost share is recomputed on another worker
+            )
+        self.shares = [shares[i] for i in range(code.N)]
+
+    # -- user API --------------------------------------------------------------------
+    def map(
+        self,
+        func: Callable[..., Any],
+        *args: Any,
+        wait: int | float | WaitPolicy | None = None,
+        timeout: float | None = None,
+        combine: str = "auto",
+        meta: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``func`` on every coded share; decode and return the output.
+
+        Same semantics, report and errors as :func:`dask_bacc.map_coded` on the data
+        that was encoded; ``args``/``kwargs`` larger than ``bacc.args-inline-limit`` are
+        sent once per call. With an asynchronous client, returns an awaitable.
+        """
+        job = self.submit(
+            func, *args, wait=wait, timeout=timeout, combine=combine, meta=meta, **kwargs
+        )
+        if self.client.asynchronous:
+
+            async def run() -> Any:
+                return await (await job)._result()
+
+            return run()
+        return job.result()
+
+    def submit(
+        self,
+        func: Callable[..., Any],
+        *args: Any,
+        wait: int | float | WaitPolicy | None = None,
+        timeout: float | None = None,
+        combine: str = "auto",
+        meta: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Like :meth:`map`, but return the :class:`~dask_bacc.CodedJob` at once."""
+        if self._released:
+            raise RuntimeError("this CodedData was released; encode the data again")
+        _check_common(func, self.code, None, timeout, None)
+        from ..collections.base import COMBINE_CHOICES
+
+        if combine not in COMBINE_CHOICES:
+            raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
+        policy = resolve_wait(wait, self.code)
+        if timeout is None:
+            timeout = config.get("timeout", None)
+        blocks = self.blocks
+        if meta is not None:
+            if not hasattr(blocks, "meta"):
+                raise ValueError(f"meta applies to dataframes and xarray, not to {blocks.kind}")
+            blocks = copy.copy(blocks)  # this call's output template only
+            blocks.meta = meta
+        return self.client.sync(
+            self._submit, func, args, kwargs, policy, timeout, combine, copy.copy(blocks)
+        )
+
+    async def _submit(
+        self,
+        func: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        policy: WaitPolicy,
+        timeout: float | None,
+        combine: str,
+        blocks: Any,
+    ) -> CodedJob:
+        placement, rerouted = await self._placement()
+        job = _SharedJob(
+            self,
+            blocks,
+            func,
+            args,
+            kwargs,
+            policy,
+            None if timeout is None else float(timeout),
+            combine,
+            placement,
+        )
+        job.report.rerouted = rerouted
+        await job._submit()
+        return job
+
+    async def _placement(self) -> tuple[list[str], dict[int, str]]:
+        """Where each share's eval runs this call: where the share is, unless that worker
+        left, holds another share too, or still runs a cancelled straggler."""
+        client = self.client
+        workers, _ = await _live_workers(client)
+        live = {a for a, w in workers.items() if w.get("status", "running") == "running"}
+        holders = await client.scheduler.who_has(keys=[s.key for s in self.shares])
+        where = []
+        for i, share in enumerate(self.shares):
+            held = sorted(a for a in holders.get(share.key, ()) if a in live)
+            where.append(held[0] if held else self.workers[i])
+        busy: set[str] = set()
+        if config.get("reroute-busy", True):
+            running = await client.run(
+                running_evals, workers=sorted(set(where) & live), on_error="return_none"
+            )
+            busy = {a for a, n in running.items() if n}
+        taken: set[str] = set()
+        move = []
+        for i, addr in enumerate(where):
+            if addr not in live or addr in taken or addr in busy:
+                move.append(i)
+            else:
+                taken.add(addr)
+        rerouted: dict[int, str] = {}
+        if move:
+            free = {a: w for a, w in workers.items() if a in live and a not in taken | busy}
+            spare = choose_workers(free, len(free)) if free else []
+            for i in move:
+                if spare:
+                    rerouted[i] = where[i] = spare.pop(0)
+                elif where[i] not in live:  # nowhere better: any live worker, shared
+                    where[i] = sorted(live)[i % len(live)] if live else where[i]
+        return where, rerouted
+
+    def wait(self) -> None:
+        """Block until every share is computed (and raise if encoding failed)."""
+        from distributed import wait
+
+        self.client.sync(wait, self.shares)
+        for share in self.shares:
+            if share.status == "error":
+                share.result()  # raises the encoding error
+
+    def release(self) -> None:
+        """Free the shares (and the input chunks kept as their lineage) on the cluster."""
+        if self._released:
+            return
+        self._released = True
+        futures = self.shares + self._chunks
+        self.shares, self._chunks = [], []
+        for f in futures:
+            f.release()
+
+    def __enter__(self) -> CodedData:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else f"{len(self.shares)} shares"
+        return (
+            f"<CodedData {self.code.name} K={self.code.K} N={self.code.N} "
+            f"{self.blocks.kind} {state} token={self.token}>"
+        )
+
+
+class _SharedJob(CodedJob):
+    """A coded job whose eval tasks read the shares of a :class:`CodedData`."""
+
+    def __init__(self, data: CodedData, blocks: Any, *args: Any):
+        func, fargs, kwargs, policy, timeout, combine, placement = args
+        super().__init__(
+            data.client,
+            data.code,
+            blocks,
+            func,
+            fargs,
+            kwargs,
+            policy,
+            timeout,
+            combine,
+            placement,
+        )
+        self.data = data
+
+    async def _launch(self) -> None:
+        for i in spread_order(self.code.N):
+            self._evals[i] = self._submit_eval(i, self.report.workers[i], self.data.shares[i])
+
+
+def encode(
+    data: Any,
+    code: str | Code | None = None,
+    n_coded: int | None = None,
+    client: Any = None,
+    *,
+    n_blocks: int | None = None,
+    blocks: int | None = None,
+    code_options: dict[str, Any] | None = None,
+    columns: Any = None,
+    dim: str | None = None,
+) -> CodedData:
+    """Encode ``data`` once and keep the N coded shares on the workers.
+
+    Parameters
+    ----------
+    data, code, n_coded, client, n_blocks, blocks, code_options, columns, dim
+        As in :func:`dask_bacc.map_coded` (every input kind it accepts).
+        ``code="speculative"`` does not apply (it has no shares).
+
+    Returns
+    -------
+    CodedData
+        Call :meth:`CodedData.map` as often as needed; :meth:`CodedData.release` (or a
+        ``with`` block) frees the shares.
+
+    Notes
+    -----
+    The share tasks are submitted, not waited for (like ``persist``);
+    :meth:`CodedData.wait` blocks until they are in memory. For in-memory input each share
+    task holds its share in its spec, so the scheduler holds a copy of the coded data as
+    long as the shares exist.
+    """
+    if code is None:
+        code = config.get("code", "berrut")
+    _check_common(len, code, n_coded, None, code_options)
+    if isinstance(code, str) and code.lower() == "speculative":
+        raise ValueError("code='speculative' has no coded shares to keep: pick a code")
+    client = client if client is not None else default_client()
+    labels = {"columns": columns, "dim": dim}
+    return client.sync(
+        _encode, client, data, code, n_coded, n_blocks, blocks, dict(code_options or {}), labels
+    )
+
+
+async def _encode(
+    client: Any,
+    data: Any,
+    code: str | Code,
+    n_coded: int | None,
+    n_blocks: int | None,
+    blocks: int | None,
+    code_options: dict[str, Any],
+    labels: dict[str, Any],
+) -> CodedData:
+    workers, n_workers = await _live_workers(client)
+    data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
+    coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
+    placement = choose_workers(
+        workers,
+        coder.N,
+        spread_hosts=bool(config.get("spread-hosts", True)),
+        oversubscribe=str(config.get("oversubscribe", "raise")),
+    )
+    coded = CodedData(client, coder, data_blocks, placement)
+    await coded._launch()
+    return coded
