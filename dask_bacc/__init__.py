@@ -1,6 +1,7 @@
 """dask-bacc: straggler-resistant map over chunks on Dask with coded computing."""
 
 from . import config  # registers the bacc: defaults with dask.config
+from .collections import xarray as _xarray  # noqa: F401  (registers the .bacc accessor)
 from .exceptions import InsufficientResults, InvalidResult, RewriteError
 from .runtime import (
     CodedJob,
@@ -12,10 +13,13 @@ from .runtime import (
     map_coded,
     submit_coded,
 )
+from .runtime.coded_data import CodedData, encode
+from .runtime.worker import cancelled
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CodedData",
     "CodedJob",
     "FirstK",
     "Fraction",
@@ -25,8 +29,10 @@ __all__ = [
     "RewriteError",
     "WaitPolicy",
     "__version__",
+    "cancelled",
     "coded",
     "config",
+    "encode",
     "map_coded",
     "submit_coded",
 ]

@@ -214,7 +214,10 @@ def _xarray_values(out: Any, target: dict) -> dict[Any, np.ndarray]:
     """The values of each lazy variable of ``xr.map_blocks``' result, from the coded output."""
     values = {}
     for name, (shape, dtype) in target.items():
-        var = out.variable if name is None else out.variables.get(name)
+        if name is None:
+            var = out.variable
+        else:
+            var = out[name].variable if name in out.coords or name in out.variables else None
         if var is None or var.shape != shape:
             raise ValueError(
                 f"the coded output's variable {name!r} has shape "

@@ -1,0 +1,661 @@
+"""xarray DataArray/Dataset: K blocks along one dimension, each coded as one flat array.
+
+A block of an xarray object is several labelled variables; the runtime codes one numeric
+array per block. For block j, every data variable that has ``dim`` is moved to put ``dim``
+first, reshaped to ``(rows, -1)`` and the pieces are concatenated along axis 1 into one
+``(rows, total)`` array in the variables' common dtype. On a worker :class:`CodedBlockFunc`
+rebuilds the DataArray/Dataset around a coded share (names, dims, attrs and every
+coordinate and variable that lacks ``dim``), calls ``f`` and flattens ``f``'s output the
+same way into one 1-D array. The decoded arrays are cut back into variables following a
+template of ``f``'s output (``meta=`` or ``f`` run once on the client), and the output
+gets the input's coordinates along ``dim`` back. ``docs/collections.md`` states the rules.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import xarray as xr
+
+from ..exceptions import InvalidResult
+from .base import Blocks, check_dtype
+from .numpy import _resolve_k
+
+__all__ = ["BaccAccessor", "CodedBlockFunc", "XarrayBlocks", "xarray_blocks"]
+
+XarrayObject = xr.DataArray | xr.Dataset
+
+
+def xarray_blocks(
+    data: XarrayObject,
+    *,
+    n_blocks: int | None = None,
+    blocks: int | None = None,
+    max_blocks: int | None = None,
+    dim: Hashable | None = None,
+    meta: XarrayObject | None = None,
+    columns: Any = None,
+) -> XarrayBlocks:
+    """Wrap an xarray object as K blocks along ``dim`` (called by ``adapt``).
+
+    Raises ``ValueError``/``TypeError`` for options that do not apply or unusable input.
+    """
+    if columns is not None:
+        raise ValueError(
+            "columns= applies to dataframes; for a Dataset select the variables first, "
+            "e.g. ds[['a', 'b']]"
+        )
+    return XarrayBlocks(
+        data, dim=dim, n_blocks=n_blocks, blocks=blocks, max_blocks=max_blocks, meta=meta
+    )
+
+
+# -- layouts --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _VarSpec:
+    """Where one variable sits in a flat block.
+
+    Input variables: ``shape`` is the variable's shape on one block (``dim`` of length
+    ``rows``), and it fills columns ``start:stop`` of the ``(rows, total)`` block with
+    ``dim`` moved to axis 0. Output variables: ``shape`` is its shape in ``f``'s output
+    for one block, stored raveled (C order) at ``start:stop`` of the 1-D result.
+    """
+
+    name: Hashable
+    dims: tuple[Hashable, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    attrs: dict[Any, Any]
+    start: int
+    stop: int
+    axis: int | None  # position of ``dim`` in ``dims`` (None: the variable lacks ``dim``)
+
+
+@dataclass
+class _InputLayout:
+    """How f's view of a coded share is rebuilt (pickled to the workers with f)."""
+
+    is_dataarray: bool
+    name: Hashable  # the DataArray's name
+    dim: Hashable
+    rows: int
+    coded: list[_VarSpec]
+    constants: xr.Dataset  # variables and coordinates without ``dim`` (in memory once sent)
+    order: list[Hashable]  # data variable order of the input Dataset
+    attrs: dict[Any, Any]  # the Dataset's attrs
+
+
+@dataclass
+class _OutputLayout:
+    """Which variables of f's output are decoded, and where they sit in the 1-D result."""
+
+    is_dataarray: bool
+    dim: Hashable
+    coded: list[_VarSpec]
+    size: int
+
+
+def _view_dtype(spec: _VarSpec, share_dtype: np.dtype) -> np.dtype:
+    # Float variables keep their dtype; integer/bool ones too when the share is not float
+    # (then it is an exact copy of a block, and the cast back is lossless). In a float
+    # share an integer variable is a real mixture of blocks: it stays float.
+    if spec.dtype.kind == "f" or share_dtype.kind != "f":
+        return spec.dtype
+    return share_dtype
+
+
+def _rebuild(share: np.ndarray, layout: _InputLayout) -> XarrayObject:
+    """The DataArray/Dataset that f sees for a (coded) block."""
+    share = np.asarray(share)
+    rows = layout.rows
+    variables = {}
+    for s in layout.coded:
+        other = s.shape[: s.axis] + s.shape[s.axis + 1 :]
+        part = share[:, s.start : s.stop].reshape((rows, *other))
+        values = np.moveaxis(part, 0, s.axis).astype(_view_dtype(s, share.dtype), copy=False)
+        variables[s.name] = xr.Variable(s.dims, values, s.attrs)
+    coords = layout.constants.coords
+    if layout.is_dataarray:
+        return xr.DataArray(variables[layout.coded[0].name], coords=coords, name=layout.name)
+    data_vars = {
+        k: variables[k] if k in variables else layout.constants[k].variable for k in layout.order
+    }
+    return xr.Dataset(data_vars, coords=coords, attrs=layout.attrs)
+
+
+def _data_vars(obj: Any) -> dict[Hashable, xr.Variable]:
+    if isinstance(obj, xr.DataArray):
+        return {obj.name: obj.variable}
+    return {k: v.variable for k, v in obj.data_vars.items()}
+
+
+def _flatten_output(out: Any, layout: _OutputLayout) -> np.ndarray:
+    """f's output for one share as the 1-D array the runtime decodes."""
+    want = xr.DataArray if layout.is_dataarray else xr.Dataset
+    if not isinstance(out, want):
+        raise InvalidResult(
+            f"f returned {type(out).__name__}, but its output on the template was a {want.__name__}"
+        )
+    variables = _data_vars(out)
+    if layout.is_dataarray:  # the name is not data: match the single variable by position
+        variables = {layout.coded[0].name: next(iter(variables.values()))}
+    parts = []
+    for s in layout.coded:
+        v = variables.get(s.name)
+        if v is None:
+            raise InvalidResult(f"f's output lacks the variable {s.name!r} of its template")
+        if set(v.dims) != set(s.dims) or v.transpose(*s.dims).shape != s.shape:
+            raise InvalidResult(
+                f"variable {s.name!r} of f's output has dims {dict(v.sizes)}, its template "
+                f"{dict(zip(s.dims, s.shape, strict=True))}"
+            )
+        values = np.asarray(v.transpose(*s.dims).values)
+        if values.dtype.kind not in "biuf":
+            raise InvalidResult(
+                f"variable {s.name!r} of f's output has dtype {values.dtype}; coded results "
+                "must be real numeric"
+            )
+        parts.append(values.ravel())
+    return np.concatenate(parts, dtype=np.result_type(*parts))
+
+
+class CodedBlockFunc:
+    """What runs on a coded share: rebuild the xarray block, call ``func``, flatten.
+
+    Picklable (a module-level class holding ``func`` and two small layouts), so each eval
+    task ships it to its worker like a plain function.
+    """
+
+    def __init__(self, func: Callable[..., Any], inputs: _InputLayout, outputs: _OutputLayout):
+        self.func = func
+        self.inputs = inputs
+        self.outputs = outputs
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+
+    def view(self, share: np.ndarray) -> XarrayObject:
+        """The DataArray/Dataset ``func`` is called on for ``share``."""
+        return _rebuild(share, self.inputs)
+
+    def __call__(self, share: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
+        return _flatten_output(self.func(self.view(share), *args, **kwargs), self.outputs)
+
+    def __repr__(self) -> str:
+        return f"<CodedBlockFunc {self.__name__} dim={self.inputs.dim!r}>"
+
+
+# -- the adapter ----------------------------------------------------------------------------
+def _is_chunked(v: xr.Variable) -> bool:
+    return isinstance(v.data, da.Array)
+
+
+def _default_dim(obj: XarrayObject, variables: dict[Hashable, xr.Variable]) -> Hashable:
+    dims = tuple(obj.sizes)
+    chunked = [v for v in variables.values() if _is_chunked(v)]
+    if chunked:
+        split = sorted(
+            {d for v in chunked for d, c in zip(v.dims, v.chunks, strict=True) if len(c) > 1},
+            key=dims.index,
+        )
+        if len(split) == 1:
+            return split[0]
+        if len(split) > 1:
+            raise ValueError(
+                f"the data is chunked along several dimensions {split}: pass dim= (the "
+                "dimension to map along; the others are rechunked to one chunk)"
+            )
+    if len(dims) == 1:
+        return dims[0]
+    if chunked:
+        raise ValueError(
+            f"no dimension is split into several chunks: pass dim= (one of {list(dims)}) and "
+            "chunk along it, e.g. obj.chunk({dim: size})"
+        )
+    raise ValueError(f"pass dim= (one of {list(dims)}): the dimension to split into blocks")
+
+
+class XarrayBlocks(Blocks):
+    """An xarray DataArray or Dataset split into K equal blocks along ``dim``.
+
+    Dask-backed objects: the chunks along ``dim`` are the blocks (they must be equal;
+    ``obj.chunk({dim: size})`` makes them so) and other dimensions are rechunked to one
+    chunk; the output is dask-backed, built from the decoded futures. In-memory objects are
+    split into K blocks like NumPy arrays (``n_blocks``/``blocks``); the output is in memory.
+
+    Every data variable that has ``dim`` is coded and must be real numeric; variables and
+    coordinates without ``dim`` are constants that ``f`` sees unchanged; coordinates along
+    ``dim`` are not shown to ``f`` (a coded share mixes blocks, so it has no labels there)
+    and are restored in the output.
+    """
+
+    kind = "xarray"
+
+    def __init__(
+        self,
+        data: XarrayObject,
+        *,
+        dim: Hashable | None = None,
+        n_blocks: int | None = None,
+        blocks: int | None = None,
+        max_blocks: int | None = None,
+        meta: XarrayObject | None = None,
+    ):
+        if not isinstance(data, (xr.DataArray, xr.Dataset)):
+            raise TypeError(f"expected an xarray DataArray or Dataset, got {type(data).__name__}")
+        if meta is not None and not isinstance(meta, (xr.DataArray, xr.Dataset)):
+            raise TypeError(
+                f"meta must be a DataArray or Dataset like f's output on one block, got "
+                f"{type(meta).__name__}"
+            )
+        is_dataarray = isinstance(data, xr.DataArray)
+        variables = _data_vars(data)
+        if dim is None:
+            dim = _default_dim(data, variables)
+        elif dim not in data.sizes:
+            raise ValueError(f"dim={dim!r} is not a dimension of the data {list(data.sizes)}")
+        n = int(data.sizes[dim])
+        if n == 0:
+            raise ValueError(f"data is empty along dim={dim!r}")
+
+        coded = {k: v for k, v in variables.items() if dim in v.dims}
+        if is_dataarray:
+            check_dtype(data.dtype, f"DataArray {data.name!r}")
+        else:
+            bad = {k: str(v.dtype) for k, v in coded.items() if v.dtype.kind not in "biuf"}
+            if bad:
+                raise TypeError(
+                    f"data variables along {dim!r} must be real numeric (bool, integer or "
+                    f"float) to be coded; not numeric: {bad}. Drop them (ds.drop_vars) or "
+                    "make them coordinates (ds.set_coords): coordinates along the dimension "
+                    "are restored in the output"
+                )
+            if not coded:
+                raise ValueError(f"no data variable of the Dataset has dimension {dim!r}")
+
+        chunked = any(_is_chunked(v) for v in coded.values())
+        if chunked:
+            if n_blocks is not None or blocks is not None:
+                raise ValueError(
+                    "n_blocks/blocks apply to in-memory data; rechunk a dask-backed object "
+                    f"instead, e.g. obj.chunk({{{dim!r}: size}})"
+                )
+            chunks = {tuple(v.chunks[v.dims.index(dim)]) for v in coded.values() if _is_chunked(v)}
+            if len(chunks) > 1:
+                raise ValueError(
+                    f"the variables are chunked differently along {dim!r}: {sorted(chunks)}; "
+                    f"rechunk with obj.chunk({{{dim!r}: size}})"
+                )
+            dim_chunks = chunks.pop()
+            if any(math.isnan(c) for c in dim_chunks):
+                raise ValueError(f"unknown chunk sizes along {dim!r}; compute them first")
+            if len(set(dim_chunks)) > 1:
+                raise ValueError(
+                    f"the chunks along {dim!r} must be equal (ragged blocks), got {dim_chunks}; "
+                    f"rechunk with obj.chunk({{{dim!r}: size}}) where size divides {n}"
+                )
+            K, rows = len(dim_chunks), int(dim_chunks[0])
+        else:
+            K = _resolve_k(n, n_blocks, blocks, max_blocks)
+            rows = n // K
+
+        specs, start = [], 0
+        for k, v in coded.items():
+            axis = v.dims.index(dim)
+            width = math.prod(v.shape) // n
+            shape = (*v.shape[:axis], rows, *v.shape[axis + 1 :])
+            specs.append(
+                _VarSpec(k, v.dims, shape, v.dtype, dict(v.attrs), start, start + width, axis)
+            )
+            start += width
+        dtype = np.result_type(*[s.dtype for s in specs])
+        super().__init__(K, (rows, start), dtype)
+
+        ds = data.to_dataset(name="__bacc__") if is_dataarray else data
+        with_dim = [k for k, v in ds.coords.items() if dim in v.dims]
+        constants = ds.drop_vars([*coded] if not is_dataarray else ["__bacc__"])
+        constants = constants.drop_vars(with_dim)
+        # Constants travel with f to every coded task, in memory. Dask-backed ones (maybe
+        # persisted, or an earlier coded map's output) are computed on the cluster by
+        # to_futures, before any coded task is submitted; f's template call sees them lazy.
+        self._lazy = {k: v.data.name for k, v in constants.variables.items() if _is_chunked(v)}
+        self.inputs = _InputLayout(
+            is_dataarray=is_dataarray,
+            name=data.name if is_dataarray else None,
+            dim=dim,
+            rows=rows,
+            coded=specs,
+            constants=constants,
+            order=[] if is_dataarray else list(data.data_vars),
+            attrs={} if is_dataarray else dict(data.attrs),
+        )
+        self.dim = dim
+        self.n = n
+        self.meta = meta
+        self.chunked = chunked
+        self.gather_output = not chunked
+        # the input's coordinates along ``dim``, restored in the output
+        self.dim_coords = ds.coords.to_dataset().drop_vars(
+            [k for k in ds.coords if k not in with_dim]
+        )
+        self._lazy_dim_coords = any(_is_chunked(v) for v in self.dim_coords.variables.values())
+        # lazy labels are resolved on the cluster by to_futures: only plain NumPy stays local
+        self.local = not chunked and not self._lazy and not self._lazy_dim_coords
+        self.outputs: _OutputLayout | None = None
+        self.template: XarrayObject | None = None
+        self.passthrough: dict[Hashable, dict] = {}  # non-numeric constants f returns: attrs
+        if chunked:
+            self.flat = _dask_flat(coded, dim, dim_chunks, dtype)
+        else:
+            self.flat = np.concatenate(
+                [_in_memory_rows(k, v, dim, dtype) for k, v in coded.items()], axis=1
+            )
+
+    # -- Blocks API -----------------------------------------------------------------------
+    def stacked(self) -> np.ndarray:
+        if self.chunked:
+            return super().stacked()
+        return self.flat.reshape((self.K, *self.block_shape))
+
+    async def to_futures(self, client: Any) -> list[Any]:
+        if self._lazy:  # CodedBlockFunc shares self.inputs: it ships the computed ones
+            self.inputs.constants = await client.compute(self.inputs.constants)
+        if self._lazy_dim_coords:
+            # Computed now, with the input, not when the output is: by then the stragglers
+            # hold their workers' threads, and a label task queued behind one would wait.
+            if self.chunked:
+                self.dim_coords = client.persist(self.dim_coords)
+            else:  # in-memory data gives an in-memory output
+                self.dim_coords = await client.compute(self.dim_coords)
+        if self.chunked:
+            return client.compute(self.flat.to_delayed().ravel().tolist())
+        name = f"bacc-chunk-{uuid.uuid4().hex}"
+        return [
+            client.submit(np.asarray, block, key=(name, j))
+            for j, block in enumerate(self.stacked())
+        ]
+
+    def wrap(self, func: Any, args: tuple, kwargs: dict) -> CodedBlockFunc:
+        """The coded-share function; learns f's output layout from ``meta`` or a mock block.
+
+        The mock block is block 0 for in-memory data and a block of ones (same shape,
+        dtype and labels) for dask-backed data, which is never computed on the client.
+        """
+        if self.meta is not None:
+            template, inferred = self.meta, False
+        else:
+            mock = (
+                self.flat[: self.block_shape[0]].copy()  # f may write into its input
+                if not self.chunked
+                else np.ones(self.block_shape, self.dtype)
+            )
+            template, inferred = func(_rebuild(mock, self.inputs), *args, **kwargs), True
+        self.outputs = self._output_layout(template, inferred)
+        self.template = template
+        return CodedBlockFunc(func, self.inputs, self.outputs)
+
+    def _output_layout(self, template: Any, inferred: bool) -> _OutputLayout:
+        if not isinstance(template, (xr.DataArray, xr.Dataset)):
+            what = "f's output on a mock block" if inferred else "meta"
+            raise TypeError(
+                f"{what} is a {type(template).__name__}; for xarray input f must return a "
+                "DataArray or Dataset"
+            )
+        dim, rows = self.dim, self.block_shape[0]
+        is_dataarray = isinstance(template, xr.DataArray)
+        coded, start = [], 0
+        self.passthrough = {}
+        for k, v in _data_vars(template).items():
+            if v.dtype.kind not in "biuf":
+                if (
+                    not is_dataarray
+                    and dim not in v.dims
+                    and k in self.inputs.constants.data_vars
+                    and (not inferred or self._is_constant(k, v))
+                ):
+                    self.passthrough[k] = dict(v.attrs)  # f passed a non-numeric constant on
+                    continue
+                raise TypeError(
+                    f"variable {k!r} of f's output has dtype {v.dtype}; f's output must be "
+                    "real numeric, except non-numeric variables without the mapped "
+                    "dimension that f passes through unchanged from its input"
+                )
+            shape = tuple(v.shape)
+            axis = v.dims.index(dim) if dim in v.dims else None
+            if axis is not None:
+                allowed = {rows} if inferred else {0, rows, self.n}  # meta may be empty or full
+                if shape[axis] not in allowed:
+                    raise ValueError(
+                        f"variable {k!r} of f's output has length {shape[axis]} along {dim!r} "
+                        f"for a block of {rows}: f must keep the dimension's length (row-wise) "
+                        "or drop the dimension (reduction)"
+                    )
+                shape = (*shape[:axis], rows, *shape[axis + 1 :])
+            size = math.prod(shape)
+            coded.append(
+                _VarSpec(k, v.dims, shape, v.dtype, dict(v.attrs), start, start + size, axis)
+            )
+            start += size
+        if not coded:
+            raise ValueError("f's output has no numeric variable to decode")
+        if start == 0:
+            raise ValueError("f's output is empty (every variable has size 0)")
+        return _OutputLayout(is_dataarray, dim, coded, start)
+
+    def _is_constant(self, k: Hashable, v: xr.Variable) -> bool:
+        """``v`` (from the template) is the input's constant ``k``, unchanged."""
+        if k in self._lazy:
+            return _is_chunked(v) and v.data.name == self._lazy[k]
+        const = self.inputs.constants.variables.get(k)
+        return const is not None and not _is_chunked(v) and v.equals(const)
+
+    def _constant(self, k: Hashable, attrs: dict) -> xr.Variable:
+        """The input's constant ``k`` (in memory once to_futures has run) with ``attrs``."""
+        v = self.inputs.constants.variables[k].copy(deep=False)
+        v.attrs = dict(attrs)
+        return v
+
+    @property
+    def rowwise(self) -> bool:
+        """f keeps ``dim`` (row-wise map) rather than reducing it."""
+        assert self.outputs is not None
+        return any(s.axis is not None for s in self.outputs.coded)
+
+    def assemble(
+        self,
+        decoded: Sequence[Any],
+        out_shape: tuple[int, ...],
+        out_dtype: np.dtype,
+        combine: str = "auto",
+    ) -> XarrayObject:
+        if self.outputs is None or self.template is None:
+            raise RuntimeError("assemble() before wrap(): the output layout is unknown")
+        rowwise = self.rowwise
+        if combine not in ("auto", "concat" if rowwise else "stack"):
+            raise ValueError(
+                f"combine={combine!r} does not apply: for xarray input f's output decides "
+                "(it keeps dim: concatenated; it drops dim: stacked)"
+            )
+        dim = self.dim
+        token = uuid.uuid4().hex[:12]
+        variables: dict[Hashable, xr.Variable] = {}
+        for i, s in enumerate(self.outputs.coded):
+            dtype = _output_dtype(s.dtype, np.dtype(out_dtype))
+            pieces = decoded[:1] if rowwise and s.axis is None else decoded
+            if self.chunked:
+                parts = [
+                    da.from_delayed(
+                        dask.delayed(_extract, pure=True)(
+                            d,
+                            s.start,
+                            s.stop,
+                            s.shape,
+                            dtype,
+                            dask_key_name=f"bacc-xarray-{token}-{i}-{j}",
+                        ),
+                        shape=s.shape,
+                        dtype=dtype,
+                    )
+                    for j, d in enumerate(pieces)
+                ]
+                concat, stack = da.concatenate, da.stack
+            else:
+                parts = [_extract(d, s.start, s.stop, s.shape, dtype) for d in pieces]
+                concat, stack = np.concatenate, np.stack
+            if not rowwise:
+                variables[s.name] = xr.Variable((dim, *s.dims), stack(parts), s.attrs)
+            elif s.axis is None:
+                variables[s.name] = xr.Variable(s.dims, parts[0], s.attrs)
+            else:
+                variables[s.name] = xr.Variable(s.dims, concat(parts, axis=s.axis), s.attrs)
+        return self._labelled(variables, rowwise)
+
+    def _labelled(self, variables: dict[Hashable, xr.Variable], rowwise: bool) -> XarrayObject:
+        """Wrap the decoded variables with the template's labels and the input's along dim."""
+        template, outputs, dim = self.template, self.outputs, self.dim
+        assert template is not None and outputs is not None
+        out: XarrayObject
+        if outputs.is_dataarray:
+            out = xr.DataArray(variables[outputs.coded[0].name], name=template.name)
+        else:
+            data_vars = {
+                k: variables[k] if k in variables else self._constant(k, self.passthrough[k])
+                for k in template.data_vars
+            }
+            out = xr.Dataset(data_vars, attrs=dict(template.attrs))
+        # the template's coordinates without dim (those along dim are the input's)
+        tcoords = template.coords.to_dataset()
+        tcoords = tcoords.drop_vars([k for k, v in tcoords.variables.items() if dim in v.dims])
+        resolved = {  # the input's dask-backed constant coordinates: now computed
+            k: self._constant(k, v.attrs)
+            for k, v in tcoords.variables.items()
+            if k in self._lazy and self._is_constant(k, v)
+        }
+        tcoords = tcoords.assign_coords(resolved)
+        out = out.assign_coords(tcoords.coords)
+        if rowwise:  # the input's coordinates along dim that fit the output's dims
+            sizes = dict(out.sizes)
+            keep = [
+                k
+                for k, v in self.dim_coords.variables.items()
+                if all(sizes.get(d) == n for d, n in v.sizes.items())
+            ]
+            out = out.assign_coords(self.dim_coords[keep].coords)
+        elif dim in self.dim_coords.coords:  # a reduction: the first label of each block
+            labels = self.dim_coords[dim].isel({dim: slice(None, None, self.block_shape[0])})
+            out = out.assign_coords({dim: labels.variable})
+        return out
+
+
+def _output_dtype(template: np.dtype, decoded: np.dtype) -> np.dtype:
+    # Float outputs keep the template's float dtype. Integer/bool outputs too when the
+    # decoded values are not float (an exact code kept them); approximations stay float.
+    if template.kind == "f" or decoded.kind != "f":
+        return template
+    return decoded
+
+
+def _extract(
+    flat: np.ndarray, start: int, stop: int, shape: tuple[int, ...], dtype: np.dtype
+) -> np.ndarray:
+    """One output variable of one decoded block."""
+    return np.asarray(flat)[start:stop].reshape(shape).astype(dtype, copy=False)
+
+
+def _in_memory_rows(name: Hashable, v: xr.Variable, dim: Hashable, dtype: np.dtype) -> np.ndarray:
+    values = np.asarray(v.values)
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        raise ValueError(
+            f"variable {name!r} contains NaN or inf; coded computing needs finite data "
+            "(fill or drop them first, e.g. obj.fillna(0))"
+        )
+    values = np.moveaxis(values, v.dims.index(dim), 0)
+    return values.reshape((values.shape[0], -1)).astype(dtype, copy=False)
+
+
+def _check_finite(block: np.ndarray) -> np.ndarray:
+    from ..runtime.worker import InvalidInput
+
+    if block.dtype.kind == "f" and not np.isfinite(block).all():
+        raise InvalidInput(
+            "the data contains NaN or inf; coded computing needs finite data (fill or drop "
+            "them first, e.g. obj.fillna(0))"
+        )
+    return block
+
+
+def _dask_flat(
+    coded: dict[Hashable, xr.Variable],
+    dim: Hashable,
+    dim_chunks: tuple[int, ...],
+    dtype: np.dtype,
+) -> da.Array:
+    """The dask array of flat ``(rows, total)`` blocks, one chunk per block."""
+    columns = []
+    for v in coded.values():
+        arr = v.data if _is_chunked(v) else da.from_array(np.asarray(v.values), chunks=-1)
+        arr = da.moveaxis(arr, v.dims.index(dim), 0)
+        arr = arr.rechunk({0: dim_chunks, **{i: -1 for i in range(1, arr.ndim)}})
+        columns.append(arr.reshape((arr.shape[0], -1)).astype(dtype))
+    flat = columns[0] if len(columns) == 1 else da.concatenate(columns, axis=1).rechunk({1: -1})
+    return flat.map_blocks(_check_finite, dtype=dtype)
+
+
+# -- the accessor ---------------------------------------------------------------------------
+@xr.register_dataset_accessor("bacc")
+@xr.register_dataarray_accessor("bacc")
+class BaccAccessor:
+    """``obj.bacc``: coded maps over an xarray object's blocks along one dimension.
+
+    Examples
+    --------
+    >>> out = ds.bacc.map_coded(lambda b: b * 2, dim="time")  # doctest: +SKIP
+    """
+
+    def __init__(self, obj: XarrayObject):
+        self._obj = obj
+
+    def map_coded(
+        self, func: Callable[..., Any], *args: Any, dim: Hashable | None = None, **kwargs: Any
+    ) -> Any:
+        """``dask_bacc.map_coded(func, obj, *args, dim=dim, **kwargs)``.
+
+        Parameters
+        ----------
+        func : callable
+            ``func(block, *args, **kwargs)`` on a DataArray/Dataset block, returning a
+            DataArray/Dataset with real numeric variables.
+        *args
+            Passed to every call of ``func``.
+        dim : hashable, optional
+            The dimension to map along (default: the only chunked one, or the only one).
+        **kwargs
+            Options of :func:`dask_bacc.map_coded` (``code``, ``n_coded``, ``wait``,
+            ``meta``, ...), the others are passed to ``func``.
+
+        Returns
+        -------
+        DataArray or Dataset
+            Dask-backed for dask-backed input, in memory otherwise (an awaitable with an
+            asynchronous client).
+        """
+        from .. import map_coded
+
+        return map_coded(func, self._obj, *args, dim=dim, **kwargs)
+
+    def submit_coded(
+        self, func: Callable[..., Any], *args: Any, dim: Hashable | None = None, **kwargs: Any
+    ) -> Any:
+        """``dask_bacc.submit_coded(func, obj, *args, dim=dim, **kwargs)``: a CodedJob.
+
+        Parameters are those of :meth:`map_coded`; returns a :class:`dask_bacc.CodedJob`
+        at once (with an asynchronous client, an awaitable that gives one).
+        """
+        from .. import submit_coded
+
+        return submit_coded(func, self._obj, *args, dim=dim, **kwargs)
