@@ -1,0 +1,184 @@
+"""The client side: what a coded job tells the diagnostics while it runs.
+
+:class:`~dask_bacc.runtime.job.CodedJob` calls :func:`start_job` when it is submitted and
+then three methods of the :class:`JobMonitor` it gets back: :meth:`~JobMonitor.submitting`
+around the submission of its tasks (a ``distributed.span``, and the start message to the
+scheduler), :meth:`~JobMonitor.arrived` on each result, and :meth:`~JobMonitor.finished`
+once it decoded, failed or was cancelled. Nothing here may slow the job down or make it
+fail: messages to the scheduler go in the background and their errors are logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from distributed import span
+
+from .. import config
+from .plugin import HANDLER, PLUGIN_NAME, BaccDiagnostics
+from .progress import ProgressBar, want_progress
+
+__all__ = ["JobMonitor", "ensure_plugin", "register", "start_job"]
+
+logger = logging.getLogger(__name__)
+
+# client -> scheduler address the plugin was registered with (None: registration failed)
+_registered: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+_background: set[asyncio.Future] = set()  # strong references to the message sends
+
+
+def _enabled() -> bool:
+    value = config.get("diagnostics.enabled", True)
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+async def ensure_plugin(client: Any) -> bool:
+    """Register the scheduler plugin once per client and scheduler; True if it is there.
+
+    Idempotent on the scheduler too: a plugin already there (from another client, or
+    ``--preload dask_bacc.diagnostics``) is kept. A scheduler that cannot take it (no
+    dask-bacc installed there, pickling disabled) is logged once, never an error.
+    """
+    address = client.scheduler.address
+    if client in _registered and _registered[client] in (address, None):
+        return _registered[client] == address
+    try:
+        await client.register_plugin(BaccDiagnostics(), name=PLUGIN_NAME)
+    except Exception as exc:
+        logger.warning(
+            "dask-bacc: the scheduler did not take the diagnostics plugin (%s: %s); "
+            "no /bacc page or dask_bacc metrics for this client's jobs. Install dask-bacc "
+            "on the scheduler or start it with --preload dask_bacc.diagnostics.",
+            type(exc).__name__,
+            exc,
+        )
+        _registered[client] = None
+        return False
+    _registered[client] = address
+    return True
+
+
+def register(client: Any = None) -> Any:
+    """Register the dask-bacc scheduler plugin now (it is otherwise done on the first job).
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        Defaults to the current client. With an asynchronous client, await the result.
+
+    Returns
+    -------
+    bool
+        Whether the plugin is on the scheduler.
+    """
+    from distributed import default_client
+
+    client = client if client is not None else default_client()
+    _registered.pop(client, None)  # an explicit call always asks the scheduler
+    return client.sync(ensure_plugin, client)
+
+
+def _jsonable(obj: Any) -> Any:
+    """Messages go as msgpack: plain numbers, strings, lists and string-keyed dicts."""
+
+    def default(o: Any) -> Any:
+        if hasattr(o, "tolist"):
+            return o.tolist()
+        return str(o)
+
+    return json.loads(json.dumps(obj, default=default))
+
+
+class JobMonitor:
+    """A coded job's link to the diagnostics (scheduler plugin, span, progress bar)."""
+
+    def __init__(self, client: Any, token: str, report: Any, send: bool, progress: bool):
+        # not the job itself: the job holds its monitor, and a cycle would keep the job's
+        # output (futures of decoded blocks) alive until the garbage collector runs
+        self.client = client
+        self.token = token
+        self.report = report
+        self.send = send
+        self.bar: ProgressBar | None = ProgressBar(report) if progress else None
+        self.span_id: str | None = None
+        self._start: asyncio.Future | None = None
+
+    @contextlib.contextmanager
+    def submitting(self) -> Iterator[None]:
+        """Around the submission of the job's tasks and the start of its loop: every
+        task it submits, then and later, belongs to one ``distributed.span``
+        (``("bacc", func)``), so the dashboard's span views group a job's work."""
+        rep = self.report
+        try:
+            with span("bacc", str(rep.func)) as span_id:
+                self.span_id = span_id
+                if self.send:
+                    info = {
+                        "func": rep.func,
+                        "code": rep.code,
+                        "K": rep.K,
+                        "N": rep.N,
+                        "needed": rep.wait_target,
+                        "client": getattr(self.client, "id", None),
+                        "span_id": span_id,
+                    }
+                    self._start = self._post("start", info)
+                yield
+        except BaseException as exc:
+            if self.bar is not None:
+                self.bar.bar.close()  # the job never ran: no final figures to show
+                self.bar.closed = True
+            if self.send:  # so the scheduler does not list it as running forever
+                error = f"{type(exc).__name__}: {exc}"
+                self._post("finish", {"status": "error", "error": error}, after=self._start)
+            raise
+
+    def arrived(self, usable: int) -> None:
+        """A coded result arrived; ``usable`` results so far."""
+        if self.bar is not None:
+            self.bar.update(usable)
+
+    def finished(self) -> None:
+        """The job decoded, failed or was cancelled: close the bar, send the report."""
+        if self.bar is not None:
+            self.bar.close()
+        if self.send:
+            info = self.report.to_dict()
+            for key in ("workers", "arrival", "code", "func", "token"):
+                info.pop(key, None)  # known to the scheduler already, or large
+            self._post("finish", info, after=self._start)
+
+    def _post(self, event: str, info: dict[str, Any], after: Any = None) -> asyncio.Future:
+        client, token = self.client, self.token
+
+        async def send() -> None:
+            if after is not None:  # the start message first
+                await asyncio.gather(after, return_exceptions=True)
+            try:
+                handler = getattr(client.scheduler, HANDLER)
+                await handler(event=event, token=token, info=_jsonable(info))
+            except Exception as exc:
+                # e.g. a scheduler restarted without the plugin: register again next time
+                _registered.pop(client, None)
+                logger.debug("dask-bacc: job %s message %r not delivered: %s", token, event, exc)
+
+        fut = asyncio.ensure_future(send())
+        _background.add(fut)
+        fut.add_done_callback(_background.discard)
+        return fut
+
+
+async def start_job(job: Any) -> JobMonitor:
+    """Called by a coded job as it is submitted: make sure the scheduler plugin is there
+    (one round trip on a client's first job), open the progress bar if wanted."""
+    send = _enabled() and await ensure_plugin(job.client)
+    progress = want_progress(getattr(job, "progress", None))
+    return JobMonitor(job.client, job.token, job.report, send=send, progress=progress)

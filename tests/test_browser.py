@@ -1,0 +1,138 @@
+"""The ``/bacc`` dashboard page in a real browser: headless Chromium driven by Playwright.
+
+Debian's ``chromium`` is used (Playwright's own browser download is not needed): the
+session fixture installs it with apt-get when ``/usr/bin/chromium`` is missing, and
+skips (saying why) only when it cannot. Set ``BACC_DASHBOARD_SCREENSHOT=path.png`` to
+also keep a copy of the screenshot (``docs/dashboard.png`` is made that way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pytest
+from distributed import Event, get_worker
+from distributed.utils_test import gen_cluster
+
+import dask_bacc
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+CHROMIUM = Path("/usr/bin/chromium")
+# as root in a container: no sandbox; and no background traffic to Google's hosts
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _install_chromium() -> str | None:
+    """apt-get install chromium; the reason it cannot be done, or None once it is there."""
+    if CHROMIUM.exists():
+        return None
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return f"{CHROMIUM} is missing and installing it needs root (apt-get install chromium)"
+    if shutil.which("apt-get") is None:
+        return f"{CHROMIUM} is missing and there is no apt-get to install Debian's chromium"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
+    ):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            return f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}"
+    return None if CHROMIUM.exists() else f"chromium installed but {CHROMIUM} is missing"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Path of Debian's Chromium, installed by this fixture when missing."""
+    pytest.importorskip("playwright.async_api", reason="playwright is in the test extra")
+    reason = _install_chromium()
+    if reason is not None:
+        pytest.skip(reason)
+    return str(CHROMIUM)
+
+
+def gated(x, slow, event_name):
+    """tanh(x), but workers named in ``slow`` first wait for the distributed Event."""
+    if str(get_worker().name) in slow:
+        Event(event_name).wait()
+    return np.tanh(x)
+
+
+def predict(x, weights, slow, event_name):
+    return gated(x @ weights, slow, event_name)
+
+
+@pytest.fixture
+def browser_test(chromium, tmp_path):
+    """Run the page check (a gen_cluster test) with the fixture's Chromium and folder."""
+
+    @gen_cluster(
+        client=True,
+        nthreads=[("127.0.0.1", 1)] * 10,
+        scheduler_kwargs={"dashboard": True, "dashboard_address": "127.0.0.1:0"},
+        timeout=180,
+    )
+    async def run(c, s, *workers):
+        from playwright.async_api import async_playwright
+
+        release = Event("release-browser", client=c)
+        rng = np.random.default_rng(0)
+        X, W = rng.standard_normal((50, 6)), rng.standard_normal((6, 3))
+        slow = {str(w.name) for w in workers[:3]}
+        await dask_bacc.map_coded(np.tanh, X, n_blocks=5, code="repetition", client=c)
+        job = await dask_bacc.submit_coded(
+            predict, X, W, slow, "release-browser", n_blocks=5, n_coded=10, wait=7, client=c
+        )
+        await job
+        plugin = s.plugins["bacc-diagnostics"]
+        while plugin.jobs[job.token].closed is None:
+            await asyncio.sleep(0.01)  # its stragglers were released: the figures are final
+
+        url = f"http://127.0.0.1:{s.http_server.port}/bacc"
+        shot = tmp_path / "bacc-dashboard.png"
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 720})
+                await page.goto(url)
+                # the table's cells (Bokeh renders them in shadow roots; Playwright's
+                # locators pierce those): the job that just ran, its function and figures
+                await page.get_by_text(job.token[:8], exact=True).wait_for(timeout=60_000)
+                await page.get_by_text("predict", exact=True).first.wait_for()
+                await page.get_by_text("7 / 7", exact=True).wait_for()
+                # the totals line above the table (the plot itself is a canvas)
+                await page.get_by_text("3 cancelled, 0 failed").wait_for()
+                await page.wait_for_timeout(700)  # let the plot draw before the picture
+                await page.screenshot(path=str(shot), full_page=True)
+            finally:
+                await browser.close()
+        await release.set()
+        return shot
+
+    return run
+
+
+def test_dashboard_page_shows_the_job_in_chromium(browser_test, tmp_path):
+    shot = tmp_path / "bacc-dashboard.png"
+    browser_test()
+    assert shot.exists() and shot.stat().st_size > 10_000
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    copy = os.environ.get("BACC_DASHBOARD_SCREENSHOT")
+    if copy:
+        shutil.copyfile(shot, copy)
