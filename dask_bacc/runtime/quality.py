@@ -1,0 +1,274 @@
+"""How good a coded job's answer is: error estimates, adaptive waiting, corrupted results.
+
+A :class:`JobQuality` belongs to one :class:`~dask_bacc.runtime.job.CodedJob`. For an
+approximate code (or when ``adversaries`` is set) it submits one small sketch task per coded
+result, next to the result (:func:`~dask_bacc.runtime.worker.sketch_task`: a count sketch of
+``bacc.accuracy.sketch`` numbers), and keeps the sketches that reach the client. Everything
+else is pure NumPy on those sketches (:mod:`dask_bacc.codes.estimate`,
+:mod:`dask_bacc.codes.robust`), so no result is ever gathered to the client:
+
+* :meth:`refresh` / :meth:`target_met`: with ``wait=until(error=...)``, re-estimate the
+  error each time new sketches arrived and tell the job when the target is met;
+* :meth:`screen`: with ``adversaries=A``, locate up to A corrupted results before decoding;
+* :meth:`finalize`: the error estimate of the decode (per block and overall) and, without
+  ``adversaries``, the consistency check, into the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import numbers
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .. import config
+from ..codes import BerrutCode, Code
+from ..codes.estimate import ErrorEstimate, estimate_error
+from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
+from .wait import FirstK, UntilError, WaitPolicy
+from .worker import sketch_task
+
+__all__ = [
+    "JobQuality",
+    "check_adversaries",
+    "robust_max_blocks",
+    "robust_n_coded",
+    "robust_policy",
+]
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+class JobQuality:
+    """Sketches, error estimates and consistency screening for one coded job."""
+
+    def __init__(self, job: Any):
+        # weak: a job <-> quality cycle would keep the job's output (and the futures
+        # behind it) alive until the cyclic garbage collector runs
+        self._job = weakref.ref(job)
+        self.code = job.code
+        self.adaptive = isinstance(job.policy, UntilError) and not self.code.exact
+        self.size = int(config.get("accuracy.sketch", 256))
+        self.tau = float(config.get("accuracy.tau", 4.0))
+        self.seed = int(job.token[:8], 16)
+        self._futures: dict[int, Any] = {}
+        self._sketches: dict[int, np.ndarray | None] = {}
+        self._estimated: tuple[int, ...] = ()
+        self.last: ErrorEstimate | None = None
+
+    @property
+    def job(self) -> Any:
+        return self._job()
+
+    # -- what is needed ------------------------------------------------------------------
+    @property
+    def adversaries(self) -> int:
+        return int(getattr(self.job, "adversaries", 0) or 0)
+
+    @property
+    def enabled(self) -> bool:
+        """Sketches are needed: an approximate code (estimate on), adaptive or robust."""
+        if self.adversaries or self.adaptive:
+            return True
+        return not self.code.exact and bool(config.get("accuracy.estimate", True))
+
+    # -- sketches ------------------------------------------------------------------------
+    def track(self, i: int, fut: Any) -> None:
+        """Submit the sketch of coded result ``i`` next to it (no-op when not needed)."""
+        if not self.enabled or i in self._futures or i >= self.code.N:
+            return
+        job = self.job
+        sk = job.client.submit(
+            sketch_task,
+            fut,
+            self.size,
+            self.seed,
+            key=(f"bacc-sketch-{job.token}", i),
+            workers=[job.report.workers[i]],
+            allow_other_workers=True,
+        )
+        self._futures[i] = sk
+        if self.adaptive and job._ac is not None:
+            job._ac.add(sk)  # wake the loop when it lands: the estimate may now be met
+
+    async def _fetch(self, indices: list[int], wait: bool) -> None:
+        """Bring the sketches of ``indices`` to the client (only finished ones unless ``wait``)."""
+        want = {
+            i: self._futures[i]
+            for i in indices
+            if i not in self._sketches
+            and i in self._futures
+            and (wait or self._futures[i].status in ("finished", "error", "cancelled"))
+        }
+        if not want:
+            return
+        gather = self.job.client.gather(want, errors="skip", asynchronous=True)
+        if wait:
+            timeout = _seconds(config.get("accuracy.sketch-timeout", "10s"))
+            try:
+                got = await asyncio.wait_for(gather, timeout)
+            except asyncio.TimeoutError:
+                return
+        else:
+            got = await gather
+        for i, value in got.items():
+            self._sketches[i] = None if value is None else np.asarray(value)
+
+    def _stack(self, indices: list[int]) -> tuple[list[int], np.ndarray | None]:
+        """The indices with a usable sketch and their sketches (equal lengths only)."""
+        have = [i for i in indices if self._sketches.get(i) is not None]
+        if not have:
+            return [], None
+        lengths = [self._sketches[i].size for i in have]
+        common = max(set(lengths), key=lengths.count)
+        have = [i for i in have if self._sketches[i].size == common]
+        return have, np.stack([self._sketches[i] for i in have])
+
+    # -- adaptive waiting ----------------------------------------------------------------
+    async def refresh(self, usable: list[int]) -> None:
+        """Adaptive jobs: re-estimate from the sketches of the results that landed so far."""
+        if not self.adaptive:
+            return
+        floor = self.job.policy.floor(self.code)
+        if len(usable) < floor:
+            return
+        await self._fetch(list(usable), wait=False)
+        have, Y = self._stack(list(usable))
+        key = tuple(sorted(have))
+        if len(have) < floor or key == self._estimated:
+            return
+        self._estimated = key
+        self.last = estimate_error(self.code, Y, have)
+        self.job.report.estimates.append([len(have), _num(self.last.overall)])
+
+    def target_met(self, usable: list[int]) -> bool:
+        """The latest estimate (from results that are all still usable) meets the target."""
+        if not self.adaptive or self.last is None:
+            return False
+        if not set(self._estimated) <= set(usable):
+            return False  # a result it used was written off since
+        return bool(self.last.overall <= self.job.policy.error)
+
+    # -- robust decoding -----------------------------------------------------------------
+    async def screen(self, usable: list[int]) -> list[int]:
+        """``adversaries=A``: the usable results minus the (up to A) located as corrupted.
+
+        Results whose sketch did not arrive in time are left out too (they could not be
+        checked).
+        """
+        if not self.adversaries or self.code.exact:
+            return list(usable)
+        await self._fetch(list(usable), wait=True)
+        have, Y = self._stack(list(usable))
+        rep = self.job.report
+        unchecked = [i for i in usable if i not in set(have)]
+        if Y is None or len(have) < required_results(self.code.K, self.adversaries):
+            # sketches lost (their workers left): too few to screen, decode what arrived
+            return list(usable)
+        found = locate_corrupted(self.code, Y, have, self.adversaries, tau=self.tau)
+        rep.excluded = sorted(found.flagged + unchecked)
+        rep.consistency = found.scores
+        return [i for i in usable if i not in set(rep.excluded)]
+
+    # -- the decoded answer ----------------------------------------------------------------
+    async def finalize(self, used: list[int]) -> None:
+        """Fill the report's error estimate (and consistency check) for the decode from ``used``."""
+        rep = self.job.report
+        rep.late = [i for i in rep.late if i not in set(rep.excluded)]
+        if self.code.exact or self.code.is_exact(used):
+            estimate = estimate_error(self.code, np.zeros((len(used), 1)), used)
+        elif not self.enabled:
+            return
+        else:
+            await self._fetch(list(used), wait=True)
+            have, Y = self._stack(list(used))
+            if len(have) != len(used):
+                rep.estimate_method = "unknown"
+                return
+            estimate = estimate_error(self.code, Y, have)
+            if not self.adversaries:
+                found = detect_inconsistent(self.code, Y, have, tau=self.tau)
+                rep.suspects = found.flagged
+                rep.consistency = found.scores
+        rep.error_estimate = _num(estimate.overall)
+        rep.block_errors = [_num(x) for x in estimate.per_block]
+        rep.estimate_method = estimate.method
+
+    def release(self) -> list[Any]:
+        """Drop every sketch future; return those still pending (to cancel)."""
+        pending = [f for f in self._futures.values() if f.status == "pending"]
+        self._futures.clear()
+        return pending
+
+
+def _seconds(value: Any) -> float:
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(value, default="s"))
+
+
+# -- adversaries=: validation and defaults (called by submit_coded before submitting) ----
+def check_adversaries(adversaries: Any) -> int:
+    """``adversaries`` as an int >= 0 (``None`` is 0); ``TypeError``/``ValueError`` otherwise."""
+    if adversaries is None:
+        return 0
+    if isinstance(adversaries, bool) or not isinstance(adversaries, numbers.Integral):
+        raise TypeError(f"adversaries must be an integer, got {type(adversaries).__name__}")
+    if adversaries < 0:
+        raise ValueError(f"adversaries must be >= 0, got {adversaries}")
+    return int(adversaries)
+
+
+def robust_max_blocks(n_workers: int, adversaries: int) -> int:
+    """Default K for NumPy data with ``adversaries``: room for 2K + 2A - 1 results within
+    the default wait fraction of the workers (the rest may straggle)."""
+    fraction = float(config.get("wait.berrut", 0.75))
+    return max(1, math.floor((fraction * n_workers - 2 * adversaries + 1) / 2))
+
+
+def robust_n_coded(K: int, adversaries: int, n_workers: int, default: int) -> int:
+    """Default N with ``adversaries``: 2K + 2A - 1 results needed, and as many spare tasks
+    as the default wait allows (``N = ceil(need / bacc.wait.berrut)``), capped by the
+    workers but never below the need (then :func:`robust_policy` explains the error)."""
+    need = required_results(K, adversaries)
+    fraction = float(config.get("wait.berrut", 0.75))
+    return max(need, min(max(default, math.ceil(need / fraction)), n_workers))
+
+
+def robust_policy(code: Code, policy: WaitPolicy, explicit: bool, adversaries: int) -> WaitPolicy:
+    """Check that ``code`` and ``policy`` can locate ``adversaries`` corrupted results.
+
+    ApproxIFER's locator needs ``2K + 2A - 1`` results: N must be at least that (plus one
+    per straggler to tolerate, ``N >= 2K + S + 2A - 1``) and the wait must collect that
+    many. A default wait is raised to it; an explicit one that waits for fewer is an error.
+    """
+    if not isinstance(code, BerrutCode):
+        raise ValueError(
+            f"adversaries= is implemented for the Berrut codes (berrut, systematic-berrut), "
+            f"not {type(code).__name__}"
+        )
+    need = required_results(code.K, adversaries)
+    if code.N < need:
+        raise ValueError(
+            f"adversaries={adversaries} with K={code.K} needs N >= 2K + 2A - 1 = {need} coded "
+            f"tasks (plus one per straggler to tolerate: N >= 2K + S + 2A - 1), got N={code.N}"
+            "; pass n_coded (and enough workers) or fewer blocks"
+        )
+    if isinstance(policy, UntilError):
+        if policy.floor(code) < need:
+            policy = dataclasses.replace(policy, min_results=need)
+        return policy
+    if policy.target(code) < need:
+        if explicit:
+            raise ValueError(
+                f"adversaries={adversaries} with K={code.K} needs at least {need} results "
+                f"(2K + 2A - 1) but wait= asks for {policy.target(code)}"
+            )
+        policy = FirstK(need, grace=policy.grace)
+    return policy

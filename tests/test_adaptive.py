@@ -1,0 +1,241 @@
+"""On the cluster: error estimates in the report, ``wait=until(error=...)``, ``adversaries=``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+from distributed import Event, get_worker
+from distributed.utils_test import gen_cluster
+
+import dask_bacc
+from dask_bacc.codes import get_code
+from dask_bacc.runtime.placement import choose_workers
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+EIGHT = [("127.0.0.1", 1)] * 8
+TWELVE = [("127.0.0.1", 1)] * 12
+
+T = np.linspace(0.0, 1.0, 64)
+SMOOTH = 0.5 * np.stack([np.sin(2 * np.pi * 0.3 * T + p) for p in (0, 1, 2)], axis=1)
+ROUGH = np.random.default_rng(0).standard_normal((64, 3))
+
+
+def gated(x, slow, event_name):
+    """tanh(x), but workers named in ``slow`` first wait for the distributed Event."""
+    if str(get_worker().name) in slow:
+        Event(event_name).wait()
+    return np.tanh(x)
+
+
+def corrupt_on(x, bad):
+    """tanh(x), except that the workers named in ``bad`` return -3 tanh(x) (Byzantine)."""
+    y = np.tanh(x)
+    return -3.0 * y if str(get_worker().name) in bad else y
+
+
+def reference(report, X, func=np.tanh):
+    """The job's own code decoding f of its coded shares from ``report.returned``."""
+    code = get_code(**report.code)
+    coded = code.encode(np.stack(np.split(X, code.K)))
+    results = np.stack([func(coded[i]) for i in report.returned])
+    return np.concatenate(code.decode(results, report.returned))
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+async def names_at(c, indices, n):
+    """Names of the workers the coded tasks ``indices`` of an N=n job will be pinned to."""
+    info = await c.scheduler.identity(n_workers=-1)
+    placement = choose_workers(info["workers"], n)
+    return {str(info["workers"][placement[i]]["name"]) for i in indices}, placement
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_report_carries_the_error_estimate(c, s, *workers):
+    job = await dask_bacc.submit_coded(np.tanh, SMOOTH, n_blocks=4, n_coded=8, wait=8, client=c)
+    out = await job
+    rep = job.report
+    assert rep.estimate_method == "embedded-fh1"
+    assert len(rep.block_errors) == 4 and all(e >= 0 for e in rep.block_errors)
+    true = rel(out, np.tanh(SMOOTH))
+    assert 0.5 * true <= rep.error_estimate <= 2 * true
+    assert rep.suspects == []
+    assert "estimated relative error" in repr(rep)
+    json.dumps(rep.to_dict())  # JSON-serialisable
+    # exact codes: 0, without any sketch task
+    job = await dask_bacc.submit_coded(np.tanh, SMOOTH, n_blocks=4, code="repetition", client=c)
+    await job
+    assert job.report.error_estimate == 0.0 and job.report.estimate_method == "exact"
+    assert job.report.block_errors == [0.0] * 4
+    assert not [k for k in s.tasks if str(k).startswith(f"('bacc-sketch-{job.token}")]
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_until_stops_early_on_a_smooth_function(c, s, *workers):
+    slow, placement = await names_at(c, (2, 6), 8)
+    release = Event("release-until-smooth", client=c)
+    policy = dask_bacc.until(error=0.1, min_results=6)
+    job = await dask_bacc.submit_coded(
+        gated, SMOOTH, slow, release.name, n_blocks=4, n_coded=8, wait=policy, client=c
+    )
+    assert job.report.workers == placement
+    out = await job
+    rep = job.report
+    assert rep.trigger == "error"
+    assert sorted(rep.straggled) == [2, 6] and len(rep.returned) == 6
+    assert rep.estimates[-1][0] == 6 and rep.estimates[-1][1] <= 0.1
+    assert rep.error_estimate <= 0.1
+    np.testing.assert_allclose(out, reference(rep, SMOOTH), rtol=1e-12, atol=1e-12)
+    assert rel(out, np.tanh(SMOOTH)) < 0.1
+    await release.set()
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_until_waits_longer_on_a_rough_function(c, s, *workers):
+    slow, _ = await names_at(c, (2, 6), 8)
+    release = Event("release-until-rough", client=c)
+    policy = dask_bacc.until(error=0.1, min_results=6)
+    job = await dask_bacc.submit_coded(
+        gated, ROUGH, slow, release.name, n_blocks=4, n_coded=8, wait=policy, client=c
+    )
+    while not job.report.estimates:  # the six ungated results landed and were estimated
+        await asyncio.sleep(0.01)
+    assert job.report.estimates[0][0] == 6 and job.report.estimates[0][1] > 0.1
+    assert not job.done()  # still waiting for the gated stragglers
+    await release.set()
+    out = await job
+    rep = job.report
+    assert rep.trigger == "all" and sorted(rep.returned) == list(range(8))
+    np.testing.assert_allclose(out, reference(rep, ROUGH), rtol=1e-12, atol=1e-12)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
+    slow, _ = await names_at(c, (2, 6), 8)
+    release = Event("release-until-timeout", client=c)
+    job = await dask_bacc.submit_coded(
+        gated,
+        ROUGH,
+        slow,
+        release.name,
+        n_blocks=4,
+        n_coded=8,
+        wait=dask_bacc.until(error=1e-6),
+        timeout=3,
+        client=c,
+    )
+    await job
+    assert job.report.trigger == "timeout" and len(job.report.returned) == 6
+    await release.set()
+    # an exact code's error is 0 once decodable: until() waits for its threshold only
+    job = await dask_bacc.submit_coded(
+        np.square,
+        ROUGH,
+        n_blocks=4,
+        code="lagrange",
+        code_options={"degree": 2},
+        wait=dask_bacc.until(error=0.01),
+        client=c,
+    )
+    out = await job
+    assert job.report.wait_target == 7 and job.report.error_estimate == 0.0
+    np.testing.assert_allclose(out, ROUGH**2, rtol=1e-9, atol=1e-12)
+
+
+def test_until_validation():
+    from dask_bacc.codes import BerrutCode
+
+    with pytest.raises(ValueError, match="error"):
+        dask_bacc.until(error=0)
+    with pytest.raises(ValueError, match="error"):
+        dask_bacc.until(error=float("nan"))
+    with pytest.raises(ValueError, match="min_results"):
+        dask_bacc.until(error=0.1, min_results=0)
+    policy = dask_bacc.until(error=0.1, min_results=9)
+    with pytest.raises(ValueError, match="exceeds"):
+        policy.validate(BerrutCode(4, 8))
+    assert dask_bacc.until(error=0.1).floor(BerrutCode(4, 8)) == 4  # K by default
+    assert dask_bacc.until(error=0.1).target(BerrutCode(4, 8)) == 8
+
+
+@pytest.mark.parametrize("n_bad", [1, 2])
+@gen_cluster(client=True, nthreads=TWELVE)
+async def test_adversaries_are_located_and_excluded(c, s, *workers, n_bad):
+    bad_idx = (3, 8)[:n_bad]
+    N = 2 * 4 + 2 * n_bad - 1 + 1  # one spare
+    bad, _ = await names_at(c, bad_idx, N)
+    job = await dask_bacc.submit_coded(
+        corrupt_on, SMOOTH, bad, n_blocks=4, n_coded=N, wait=N, adversaries=n_bad, client=c
+    )
+    out = await job
+    rep = job.report
+    assert rep.adversaries == n_bad and sorted(rep.excluded) == sorted(bad_idx)
+    assert not set(bad_idx) & set(rep.returned) and len(rep.returned) == N - n_bad
+    assert rep.late == []
+    np.testing.assert_allclose(out, reference(rep, SMOOTH), rtol=1e-12, atol=1e-12)
+    # the error is that of decoding the honest results; all N, corrupted ones included,
+    # would be far worse
+    code = get_code(**rep.code)
+    coded = code.encode(np.stack(np.split(SMOOTH, 4)))
+    results = np.tanh(coded)
+    results[list(bad_idx)] *= -3.0
+    poisoned = np.concatenate(code.decode(results, list(range(N))))
+    assert rel(poisoned, np.tanh(SMOOTH)) > 5 * rel(out, np.tanh(SMOOTH))
+    assert "excluded as corrupted" in repr(rep)
+    clean = await dask_bacc.submit_coded(
+        np.tanh, SMOOTH, n_blocks=4, n_coded=N, wait=N, adversaries=n_bad, client=c
+    )
+    await clean
+    assert clean.report.excluded == []  # nothing corrupted: nothing excluded
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_detector_reports_an_inconsistent_result(c, s, *workers):
+    bad, _ = await names_at(c, (5,), 8)
+    job = await dask_bacc.submit_coded(
+        corrupt_on, SMOOTH, bad, n_blocks=4, n_coded=8, wait=8, client=c
+    )
+    await job
+    rep = job.report
+    assert rep.suspects == [5] and rep.consistency[5] > 4
+    assert 5 in rep.returned  # reported only, still decoded in
+    assert "inconsistent with the others" in repr(rep)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_adversaries_validation_before_submitting(c, s, *workers):
+    with pytest.raises(ValueError, match=r"N >= 2K \+ 2A - 1 = 9"):
+        await dask_bacc.submit_coded(
+            np.tanh, SMOOTH, n_blocks=4, n_coded=8, adversaries=1, client=c
+        )
+    with pytest.raises(ValueError, match="Berrut"):
+        await dask_bacc.submit_coded(
+            np.tanh, SMOOTH, n_blocks=2, code="repetition", adversaries=1, client=c
+        )
+    with pytest.raises(ValueError, match="speculative"):
+        await dask_bacc.submit_coded(
+            np.tanh, SMOOTH, n_blocks=2, code="speculative", adversaries=1, client=c
+        )
+    with pytest.raises(ValueError, match="wait= asks for 6"):
+        await dask_bacc.submit_coded(
+            np.tanh, SMOOTH, n_blocks=2, n_coded=8, wait=6, adversaries=2, client=c
+        )
+    with pytest.raises(ValueError, match=">= 0"):
+        dask_bacc.submit_coded(np.tanh, SMOOTH, adversaries=-1, client=c)
+    with pytest.raises(TypeError, match="integer"):
+        dask_bacc.submit_coded(np.tanh, SMOOTH, adversaries=True, client=c)
+    assert not s.tasks  # nothing was submitted
+    # defaults: K and N leave room for 2K + 2A - 1 results (8 workers, A=1: K=2, N=7,
+    # the 5 results needed being the default wait of 0.75 N)
+    job = await dask_bacc.submit_coded(np.tanh, SMOOTH, adversaries=1, client=c)
+    await job
+    rep = job.report
+    assert (rep.K, rep.N) == (2, 7) and rep.wait_target == 6
