@@ -8,10 +8,12 @@ from .runtime import (
     FirstK,
     Fraction,
     JobReport,
+    UntilError,
     WaitPolicy,
     coded,
     map_coded,
     submit_coded,
+    until,
 )
 from .runtime.coded_data import CodedData, encode
 from .runtime.worker import cancelled
@@ -27,6 +29,7 @@ __all__ = [
     "InvalidResult",
     "JobReport",
     "RewriteError",
+    "UntilError",
     "WaitPolicy",
     "__version__",
     "cancelled",
@@ -35,4 +38,5 @@ __all__ = [
     "encode",
     "map_coded",
     "submit_coded",
+    "until",
 ]

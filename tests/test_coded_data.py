@@ -18,7 +18,7 @@ from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import BerrutCode
-from dask_bacc.runtime.worker import running_evals
+from dask_bacc.runtime.worker import stale_evals
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -164,11 +164,11 @@ async def test_stragglers_do_not_pile_up_across_calls(c, s, *workers):
         # nothing of this job ever waits on the blocked worker
         queued = [k for k in slow.state.tasks if "bacc-eval" in str(k)]
         assert all(first.token in str(k) for k in queued), queued
-    assert await c.run(running_evals, workers=[slow_addr]) == {slow_addr: 1}
+    assert await c.run(stale_evals, workers=[slow_addr]) == {slow_addr: 1}
     await release.set()
     while slow.state.executing_count:
         await asyncio.sleep(0.01)
-    assert await c.run(running_evals, workers=[slow_addr]) == {slow_addr: 0}
+    assert await c.run(stale_evals, workers=[slow_addr]) == {slow_addr: 0}
     job = await coded.submit(model, W)
     await job
     assert job.report.rerouted == {}  # the worker is free again: its share is used in place

@@ -94,10 +94,25 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     # every worker is told the job is over (right after the result is handed over)
     while not is_done(job.token):
         await asyncio.sleep(0.01)
-    # the stragglers' eval tasks were cancelled: the scheduler holds no task of this job
+    # the stragglers still run f (a thread cannot be stopped): the scheduler keeps them
+    # processing on their workers, so new work is not sent to those busy threads
+    running = {(f"bacc-eval-{job.token}", i) for i in slow_idx}
+    while {
+        k
+        for k, ts in s.tasks.items()
+        if k[0] == f"bacc-eval-{job.token}" and ts.state != "released"
+    } != running:
+        await asyncio.sleep(0.01)
+    assert all(s.tasks[k].state == "processing" for k in running)
+    busy = {w.address for w in slow}
+    assert {s.tasks[k].processing_on.address for k in running} == busy
+    plain = c.submit(np.square, 3.0, key="plain-after-job")
+    assert await plain == 9.0
+    assert {ws.address for ws in s.tasks["plain-after-job"].who_has}.isdisjoint(busy)
+    await release.set()
+    # once they return, their results are dropped: the scheduler holds no task of this job
     while any(job.token in str(k) for k in s.tasks):
         await asyncio.sleep(0.01)
-    await release.set()
     while any(w.state.executing_count for w in workers):
         await asyncio.sleep(0.01)
 

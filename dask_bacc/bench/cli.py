@@ -216,7 +216,22 @@ def _wait(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     help="Seconds before a job counts as failed.",
 )
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@click.option(
+    "--accuracy",
+    is_flag=True,
+    help="Run the accuracy benchmark instead (pure NumPy, no cluster): every code's decoded "
+    "error and the calibration of the error estimate, K in -K (if given, else 4,8,16,32), "
+    "N/K in 1.25,1.5,2,4, six workloads; writes accuracy.json/.md and PNGs into --out.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="--accuracy: every straggler count S in 0..N-K, 10 trials a cell (default: S = 0, "
+    "1 and the quarters of N-K, 6 trials).",
+)
+@click.pass_context
 def bench(
+    ctx: click.Context,
     scheduler: str | None,
     workers: int,
     processes: bool,
@@ -244,6 +259,8 @@ def bench(
     baseline: bool,
     job_timeout: float,
     progress: bool,
+    accuracy: bool,
+    full: bool,
 ) -> None:
     """Benchmark coded computing against plain Dask, speculation and the other codes.
 
@@ -257,6 +274,9 @@ def bench(
     The defaults are the reference bench: K=16, N=32, 32 in-process workers, base task
     0.2 s, each task 10x slower with probability 0.1, 30 jobs.
     """
+    if accuracy:
+        given = ctx.get_parameter_source("K") is not click.core.ParameterSource.DEFAULT
+        return _accuracy(K if given else None, full, seed, out, progress)
     from .harness import run_bench
     from .report import markdown_report, write_outputs
 
@@ -303,3 +323,17 @@ def bench(
         for name, why in result.skipped.items():
             click.echo(f"note: {name} skipped: {why}", err=True)
     sys.stdout.flush()
+
+
+def _accuracy(K: tuple[int, ...] | None, full: bool, seed: int, out: Path, progress: bool) -> None:
+    """``dask bacc bench --accuracy``: see :mod:`dask_bacc.bench.accuracy`."""
+    from .accuracy import DEFAULT_K, AccuracyConfig, accuracy_markdown, run_accuracy, write_accuracy
+
+    config = AccuracyConfig(K=K or DEFAULT_K, trials=10 if full else 6, full=full, seed=seed)
+    result = run_accuracy(config, progress=progress)
+    click.echo(accuracy_markdown(result, cells_table=False), nl=False)
+    paths = write_accuracy(result, out)
+    files = [paths["json"], paths["markdown"], *paths["plots"]]
+    click.echo("wrote " + ", ".join(str(f) for f in files), err=True)
+    for name, why in config.skipped.items():
+        click.echo(f"note: {name} skipped: {why}", err=True)

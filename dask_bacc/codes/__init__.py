@@ -7,23 +7,32 @@ K output blocks from any decodable subset of coded results with a (K, |F|) decod
 from ..exceptions import InsufficientResults
 from .base import Code
 from .berrut import BerrutCode
+from .estimate import ErrorEstimate, count_sketch, estimate_error
 from .lagrange import LagrangeCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
 from .registry import code_class, get_code, register_code, registered_codes
 from .repetition import RepetitionCode, Uncoded
+from .robust import Screening, detect_inconsistent, locate_corrupted, robust_decode
 
 __all__ = [
     "BerrutCode",
     "Code",
+    "ErrorEstimate",
     "InsufficientResults",
     "LagrangeCode",
     "RepetitionCode",
+    "Screening",
     "Uncoded",
     "chebyshev_first",
     "chebyshev_second",
     "code_class",
+    "count_sketch",
+    "detect_inconsistent",
+    "estimate_error",
     "get_code",
+    "locate_corrupted",
     "register_code",
     "registered_codes",
+    "robust_decode",
     "systematic_points",
 ]

@@ -4,15 +4,17 @@ from .driver import coded
 from .job import CodedJob
 from .report import JobReport
 from .submit import map_coded, submit_coded
-from .wait import FirstK, Fraction, WaitPolicy
+from .wait import FirstK, Fraction, UntilError, WaitPolicy, until
 
 __all__ = [
     "CodedJob",
     "FirstK",
     "Fraction",
     "JobReport",
+    "UntilError",
     "WaitPolicy",
     "coded",
     "map_coded",
     "submit_coded",
+    "until",
 ]

@@ -9,16 +9,19 @@ whose eval tasks read the shares where they already are.
   by Dask from its lineage (its task spec for in-memory data, the input chunks otherwise),
   on another worker. Share tasks are pinned loosely for that reason; each call pins its
   eval tasks strictly to the worker that holds the share at that moment.
-- A cancelled straggler of an earlier call may still run on its worker (Python cannot
-  stop a thread). Each call asks the share holders whether they are still running coded
-  eval tasks (:func:`~dask_bacc.runtime.worker.running_evals`) and evaluates those shares
-  on spare workers instead of queueing behind them (``bacc.reroute-busy``).
+- A straggler of an earlier call may still run on its worker (Python cannot stop a
+  thread). Each call waits for the previous call's clean-up (which tells the workers the
+  job is over), asks the share holders whether they still run eval tasks of finished
+  jobs (:func:`~dask_bacc.runtime.worker.stale_evals`), and evaluates those shares on
+  spare workers instead of queueing behind them (``bacc.reroute-busy``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +34,7 @@ from .job import CodedJob
 from .placement import choose_workers, spread_order
 from .submit import _adapt, _build_code, _check_common, _live_workers
 from .wait import WaitPolicy, resolve_wait
-from .worker import encode_task, running_evals
+from .worker import encode_task, stale_evals
 
 __all__ = ["CodedData", "encode"]
 
@@ -61,6 +64,8 @@ class CodedData:
         self.shares: list[Any] = []
         self._chunks: list[Any] = []  # the input chunks' futures: the shares' lineage
         self._released = False
+        # the previous call, weakly: holding it would keep its output on the cluster
+        self._last: weakref.ref[CodedJob] | None = None
 
     async def _launch(self) -> None:
         client, tok, code = self.client, self.token, self.code
@@ -157,6 +162,10 @@ class CodedData:
         combine: str,
         blocks: Any,
     ) -> CodedJob:
+        last = self._last() if self._last is not None else None
+        if last is not None and last._task is not None and not last._task.done():
+            # its clean-up marks its stragglers stale on their workers: see _placement
+            await asyncio.wait({last._task})
         placement, rerouted = await self._placement()
         job = _SharedJob(
             self,
@@ -171,6 +180,7 @@ class CodedData:
         )
         job.report.rerouted = rerouted
         await job._submit()
+        self._last = weakref.ref(job)
         return job
 
     async def _placement(self) -> tuple[list[str], dict[int, str]]:
@@ -183,13 +193,15 @@ class CodedData:
         where = []
         for i, share in enumerate(self.shares):
             held = sorted(a for a in holders.get(share.key, ()) if a in live)
-            where.append(held[0] if held else self.workers[i])
+            # where it was placed, while it is still there (copies made by an earlier
+            # reroute must not shift the placement)
+            where.append(self.workers[i] if self.workers[i] in held or not held else held[0])
         busy: set[str] = set()
         if config.get("reroute-busy", True):
-            running = await client.run(
-                running_evals, workers=sorted(set(where) & live), on_error="return_none"
+            stale = await client.run(
+                stale_evals, workers=sorted(set(where) & live), on_error="return_none"
             )
-            busy = {a for a, n in running.items() if n}
+            busy = {a for a, n in stale.items() if n}
         taken: set[str] = set()
         move = []
         for i, addr in enumerate(where):

@@ -37,6 +37,8 @@ _RESERVED = {
     "meta",
     "columns",
     "dim",
+    "progress",
+    "adversaries",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import re
 import time
@@ -15,11 +16,12 @@ from typing import Any
 import numpy as np
 from distributed import as_completed
 
-from .. import config
+from .. import config, diagnostics
 from ..codes import Code
 from ..collections import Blocks
 from ..exceptions import InsufficientResults
 from .placement import spread_order
+from .quality import JobQuality
 from .report import JobReport
 from .wait import WaitPolicy
 from .worker import (
@@ -49,6 +51,12 @@ class CodedJob:
     :meth:`cancel` to stop it and :meth:`done` to poll. With an asynchronous client,
     ``await job`` (or ``await job.result()``) instead.
     """
+
+    #: show a progress bar (None: ``bacc.progress``); ``submit_coded(progress=)`` sets it
+    progress: bool | None = None
+    _monitor: Any = None  # diagnostics.JobMonitor, from _submit on
+    #: corrupted results to locate and exclude before decoding; ``submit_coded`` sets it
+    adversaries: int = 0
 
     def __init__(
         self,
@@ -106,6 +114,7 @@ class CodedJob:
         self._index_of: dict[Any, int] = {}
         self._ac: as_completed | None = None
         self._grace_until: float | None = None  # perf_counter time the grace period ends
+        self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
 
     # -- user API --------------------------------------------------------------------
     def done(self) -> bool:
@@ -212,9 +221,11 @@ class CodedJob:
             )
 
     async def _submit(self) -> None:
-        self._ship_arguments()
-        await self._launch()
-        self._task = asyncio.ensure_future(self._run())
+        self._monitor = await diagnostics.start_job(self)
+        with self._monitor.submitting():  # a distributed.span over all the job's tasks
+            self._ship_arguments()
+            await self._launch()
+            self._task = asyncio.ensure_future(self._run())
         _running.add(self._task)
         self._task.add_done_callback(_running.discard)
 
@@ -242,10 +253,12 @@ class CodedJob:
 
     async def _finish(self) -> None:
         # the result is handed over before the clean-up round trips: nobody waits on them
-        cancel = self._release()
+        stragglers, cancel = self._release()
         self._finished = True
         self._done_event.set()
-        await self._stop_work(cancel)
+        if self._monitor is not None:
+            self._monitor.finished()  # progress bar, report to the scheduler plugin
+        await self._stop_work(stragglers, cancel)
 
     def _track(self, i: int, fut: Any) -> None:
         """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
@@ -254,6 +267,7 @@ class CodedJob:
         self._index_of[fut.key] = i
         if self._ac is not None:
             self._ac.add(fut)
+        self.quality.track(i, fut)  # its sketch, next to it (approximate codes)
 
     async def _tick(self) -> None:
         """Called on every turn of the loop; strategies that launch tasks late override it."""
@@ -287,10 +301,15 @@ class CodedJob:
         while True:
             if not self._stage:
                 await self._tick()
+                await self.quality.refresh(usable)  # adaptive waiting: re-estimate the error
             if not self._stage:
                 trigger = None
                 if self.policy.is_met(usable, self.code):
                     trigger = self._after_grace(usable, pending)
+                    if trigger == "wait":  # until(): met only once every result is in
+                        trigger = getattr(self.policy, "met_trigger", "wait")
+                elif self.quality.target_met(usable):
+                    trigger = "error"
                 elif not pending:
                     trigger = "exhausted"
                 elif deadline is not None and time.perf_counter() >= deadline:
@@ -299,7 +318,8 @@ class CodedJob:
                     if not usable or not self.code.can_decode(usable):
                         raise self._insufficient(usable, pending, trigger)
                     rep.trigger = trigger
-                    self._start_stage(usable, ac)
+                    # adversaries=: leave out the results located as corrupted
+                    self._start_stage(await self.quality.screen(usable), ac)
 
             wait_for = tick
             if not self._stage:
@@ -323,6 +343,7 @@ class CodedJob:
                     else:
                         reason = await self._reason(fut)
                         rep.failed[i] = reason
+                    self._monitor.arrived(len(usable))
                 else:
                     output = await self._stage_event(fut, usable, ac)
                     if output is not _NOTHING:
@@ -420,6 +441,7 @@ class CodedJob:
             output = self.blocks.assemble(values, shape, out_dtype, self.combine)
         else:
             output = self.blocks.assemble(self._decodes, shape, out_dtype, self.combine)
+        await self.quality.finalize(self._stage_used)  # error estimate into the report
         self.report.time_to_decode = self._elapsed()
         return output
 
@@ -472,11 +494,13 @@ class CodedJob:
             + f" [{trigger}]"
         )
 
-    def _release(self) -> list[Any]:
-        """Count the stragglers, drop every reference; return the futures left to cancel."""
-        pending = [f for f in self._evals.values() if f.status == "pending"]
-        self.report.cancelled += len(pending)
-        cancel = pending + [f for f in self._stage if f.status == "pending"]
+    def _release(self) -> tuple[dict[int, Any], list[Any]]:
+        """Count the stragglers, drop every reference; return the futures left to stop:
+        the straggling evals by index, and the job's other unfinished tasks."""
+        stragglers = {i: f for i, f in self._evals.items() if f.status == "pending"}
+        self.report.cancelled += len(stragglers)
+        cancel = [f for f in self._stage if f.status == "pending"]
+        cancel += self.quality.release()
         # drop every reference, the as_completed queue included (it may hold finished
         # futures the loop never took out), so the scheduler can forget the job's tasks
         self._ac = None
@@ -486,29 +510,56 @@ class CodedJob:
         self._chunks.clear()
         self._call = None
         self._stage, self._decodes, self._inspect, self._decode_error = [], [], None, None
-        return cancel
+        return stragglers, cancel
 
-    async def _stop_work(self, cancel: list[Any]) -> None:
+    async def _stop_work(self, stragglers: dict[int, Any], cancel: list[Any]) -> None:
         """Tell the job's workers it is over (evals not yet started skip ``func``, injected
-        delays end) and cancel the straggling tasks. Best effort: errors are ignored."""
-        client = self.client
+        delays end) and stop the straggling tasks. Best effort: errors are ignored.
 
-        async def broadcast() -> None:
+        Stragglers still executing ``func`` are not cancelled but left to finish, their
+        results dropped: Python cannot stop their threads, and a cancelled task no longer
+        counts on the scheduler, which would then send new work to a worker whose only
+        thread is still busy (where it would queue behind the straggler).
+        """
+        client = self.client
+        executing: set[int] = set()
+        try:
             # only live workers: a broadcast to a dead one waits for its connect timeout
             info = await client.scheduler.identity(n_workers=-1)
             workers = sorted(set(self.report.workers) & set(info.get("workers", {})))
             if workers:
-                await asyncio.wait_for(
+                running = await asyncio.wait_for(
                     client.run(
                         mark_done, self.token, workers=workers, on_error="ignore", asynchronous=True
                     ),
                     timeout=5,
                 )
-
-        jobs = [broadcast()]
+                executing = {
+                    i
+                    for addr, indices in running.items()
+                    for i in indices or ()
+                    if self.report.workers[i] == addr
+                }
+        except Exception:  # best effort: without the answer every straggler is cancelled
+            pass
+        cancel = cancel + [f for i, f in stragglers.items() if i not in executing]
         if cancel:
-            jobs.append(client.cancel(cancel, asynchronous=True, reason="bacc: not needed"))
-        await asyncio.gather(*jobs, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await client.cancel(cancel, asynchronous=True, reason="bacc: not needed")
+        running = [f for i, f in stragglers.items() if i in executing]
+        if running:
+            task = asyncio.ensure_future(_drop_when_done(running))
+            _running.add(task)
+            task.add_done_callback(_running.discard)
+
+
+async def _drop_when_done(futures: list[Any]) -> None:
+    """Hold running stragglers until they finish (so the scheduler still sees their worker
+    busy), then drop their results."""
+    with contextlib.suppress(Exception):
+        async for _ in as_completed(futures):
+            pass
+    futures.clear()
 
 
 class _Nothing:

@@ -60,6 +60,26 @@ class JobReport:
         ``"running"``, ``"finished"``, ``"error"`` or ``"cancelled"``.
     error : str or None
         Why the job failed.
+    error_estimate : float or None
+        Estimated relative error ``||decoded - f(X)|| / ||f(X)||`` of the whole output: 0
+        for an exact decode, ``None`` when it could not be estimated (docs/accuracy.md).
+    block_errors : list of float or None
+        The same per decoded block (``None`` entries: unknown).
+    estimate_method : str or None
+        ``"exact"``, ``"embedded-fh1"`` (Berrut codes) or ``"unknown"``.
+    estimates : list of [int, float]
+        Adaptive waiting (``dask_bacc.until``): each estimate computed while waiting, as
+        ``[number of results, estimated error]``.
+    adversaries : int
+        Corrupted results the job was asked to locate and exclude (``adversaries=``).
+    excluded : list of int
+        Coded tasks whose results were judged corrupted and left out of the decode.
+    suspects : list of int
+        Without ``adversaries``: results inconsistent with the others (reported only,
+        still decoded in).
+    consistency : dict of int to float
+        Leave-one-out consistency ratio of the results the screening looked at closely
+        (about 1 for consistent results; above ``bacc.accuracy.tau`` is flagged).
     """
 
     token: str
@@ -83,12 +103,21 @@ class JobReport:
     slowest_used: float | None = None
     status: str = "running"
     error: str | None = None
+    error_estimate: float | None = None
+    block_errors: list[float | None] | None = None
+    estimate_method: str | None = None
+    estimates: list[list[float]] = field(default_factory=list)
+    adversaries: int = 0
+    excluded: list[int] = field(default_factory=list)
+    suspects: list[int] = field(default_factory=list)
+    consistency: dict[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
         out = asdict(self)
         out["failed"] = {str(k): v for k, v in self.failed.items()}
         out["arrival"] = {str(k): v for k, v in self.arrival.items()}
+        out["consistency"] = {str(k): v for k, v in self.consistency.items()}
         out["rerouted"] = {str(k): v for k, v in self.rerouted.items()}
         return out
 
@@ -112,6 +141,21 @@ class JobReport:
             lines.append(
                 f"    task {i} on {self.workers[i] if i < len(self.workers) else '?'}: {reason}"
             )
+        if self.error_estimate is not None:
+            worst = max((e for e in self.block_errors or [] if e is not None), default=None)
+            lines.append(
+                f"  estimated relative error {self.error_estimate:.3g}"
+                + (f" (worst block {worst:.3g})" if worst is not None else "")
+                + f" [{self.estimate_method}]"
+            )
+        elif self.estimate_method is not None:
+            lines.append(f"  estimated relative error unknown [{self.estimate_method}]")
+        if self.adversaries:
+            lines.append(
+                f"  adversaries {self.adversaries}: excluded as corrupted {self.excluded or 'none'}"
+            )
+        if self.suspects:
+            lines.append(f"  inconsistent with the others (still decoded): {self.suspects}")
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)

@@ -15,6 +15,7 @@ from ..collections import adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
 from .job import CodedJob
 from .placement import choose_workers
+from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
 from .speculative import Speculation, SpeculativeJob, speculative_placement
 from .wait import WaitPolicy, resolve_wait
 
@@ -121,13 +122,22 @@ async def _submit(
     combine: str,
     code_options: dict[str, Any],
     labels: dict[str, Any],
+    progress: bool | None = None,
+    adversaries: int = 0,
 ) -> CodedJob:
     workers, n_workers = await _live_workers(client)
-    data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
+    if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
+        # default K leaves room for the 2K + 2A - 1 results robust decoding needs
+        labels = {**labels, "max_blocks": robust_max_blocks(n_workers, adversaries)}
+        data_blocks = adapt(data, **labels)
+    else:
+        data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
     if timeout is None:
         timeout = config.get("timeout", None)
     timeout = None if timeout is None else float(timeout)
     if isinstance(code, str) and code.lower() == "speculative":
+        if adversaries:
+            raise ValueError("adversaries= is implemented for the Berrut codes, not speculative")
         if n_coded is not None or wait is not None:
             raise ValueError(
                 "code='speculative' runs K tasks plus backups and waits for every block: "
@@ -146,8 +156,13 @@ async def _submit(
             speculative_placement(workers, data_blocks.K),
         )
     else:
+        if adversaries and n_coded is None and isinstance(code, str):
+            default = default_n_coded(code.lower(), data_blocks.K, n_workers, code_options)
+            n_coded = robust_n_coded(data_blocks.K, adversaries, n_workers, default)
         coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
         policy = resolve_wait(wait, coder)
+        if adversaries:  # before anything is submitted: N and wait must allow locating them
+            policy = robust_policy(coder, policy, wait is not None, adversaries)
         placement = choose_workers(
             workers,
             coder.N,
@@ -157,6 +172,8 @@ async def _submit(
         job = CodedJob(
             client, coder, data_blocks, func, args, kwargs, policy, timeout, combine, placement
         )
+    job.progress = progress
+    job.adversaries = job.report.adversaries = adversaries
     await job._submit()
     return job
 
@@ -177,6 +194,8 @@ def submit_coded(
     meta: Any = None,
     columns: Any = None,
     dim: str | None = None,
+    progress: bool | None = None,
+    adversaries: int | None = None,
     **kwargs: Any,
 ) -> CodedJob:
     """Start a coded map of ``func`` over the blocks of ``data``; return at once.
@@ -187,6 +206,7 @@ def submit_coded(
     if code is None:
         code = config.get("code", "berrut")
     _check_common(func, code, n_coded, timeout, code_options)
+    adversaries = check_adversaries(adversaries)
     if combine not in COMBINE_CHOICES:
         raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     client = client if client is not None else default_client()
@@ -206,6 +226,8 @@ def submit_coded(
         combine,
         dict(code_options or {}),
         {"meta": meta, "columns": columns, "dim": dim},
+        progress=progress,
+        adversaries=adversaries,
     )
 
 
@@ -225,6 +247,8 @@ def map_coded(
     meta: Any = None,
     columns: Any = None,
     dim: str | None = None,
+    progress: bool | None = None,
+    adversaries: int | None = None,
     **kwargs: Any,
 ) -> Any:
     """Map ``func`` over the blocks of ``data`` with coded computing; return the decoded output.
@@ -277,6 +301,17 @@ def map_coded(
         columns raise ``TypeError``).
     dim : str, optional
         xarray: the dimension to map along (default: the only chunked dimension).
+    progress : bool, optional
+        Show a progress bar (tqdm; a widget in Jupyter) of results landed against
+        results needed, closing at decode. Default ``bacc.progress``: on in interactive
+        sessions, off in scripts.
+    adversaries : int, optional
+        Berrut codes: locate up to this many corrupted (Byzantine) results among those
+        returned and decode without them (``report.excluded``). Needs N >= 2K + 2A - 1
+        coded tasks, plus one per straggler to tolerate; the default N and wait are raised
+        to that, an explicit one that is too small is a ``ValueError``. Without it,
+        inconsistent results are only reported (``report.suspects``). See
+        ``docs/accuracy.md``.
 
     Returns
     -------
@@ -313,6 +348,8 @@ def map_coded(
         meta=meta,
         columns=columns,
         dim=dim,
+        progress=progress,
+        adversaries=adversaries,
         **kwargs,
     )
     if client.asynchronous:

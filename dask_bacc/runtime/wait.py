@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import config
 from ..codes import Code
 
-__all__ = ["FirstK", "Fraction", "WaitPolicy", "resolve_wait"]
+__all__ = ["FirstK", "Fraction", "UntilError", "WaitPolicy", "resolve_wait", "until"]
 
 
 class WaitPolicy:
@@ -101,6 +101,77 @@ class Fraction(WaitPolicy):
                 f"wait={self.fraction} means {self.target(code)} of N={code.N} results, but "
                 f"{type(code).__name__} needs at least {code.min_results}"
             )
+
+
+@dataclass(frozen=True)
+class UntilError(WaitPolicy):
+    """Decode once the estimated relative error is at most ``error`` (adaptive waiting).
+
+    The job re-estimates the error of decoding from the results that landed each time new
+    ones arrive (from small sketches of them, see docs/accuracy.md) and decodes as soon as
+    the estimate over the whole output is at most ``error``, or when every result is in,
+    or at the job's ``timeout``, whichever comes first; ``report.trigger`` says which
+    (``"error"``, ``"all"``, ``"timeout"``; ``"exhausted"`` when failures left nothing
+    more to wait for). Exact codes decode as soon as the set is decodable (their error is
+    0 then).
+
+    Parameters
+    ----------
+    error : float
+        Target relative error, e.g. 0.01 for 1%.
+    min_results : int, optional
+        Never decode on the estimate from fewer results (default K, the number of blocks;
+        at least 3): with very few points the estimate itself is unreliable.
+    """
+
+    error: float
+    min_results: int | None = None
+    grace: float = 0.0
+
+    #: ``report.trigger`` when the policy is met by every result being in
+    met_trigger = "all"
+
+    def __post_init__(self):
+        e = self.error
+        if isinstance(e, bool) or not isinstance(e, numbers.Real) or not 0 < e < math.inf:
+            raise ValueError(f"error must be a positive number, got {e!r}")
+        m = self.min_results
+        if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
+            raise ValueError(f"min_results must be an integer >= 1, got {m!r}")
+        _check_grace(self.grace)
+
+    def target(self, code: Code) -> int:
+        return code.min_results if code.exact else code.N
+
+    def is_met(self, returned: Collection[int], code: Code) -> bool:
+        """Every result is in (approximate codes; an exact set of a systematic code is met
+        by its estimate, 0, as trigger ``"error"``), or an exact code can decode."""
+        if code.exact:
+            return super().is_met(returned, code)
+        returned = list(returned)
+        return len(returned) >= self.target(code) and code.can_decode(returned)
+
+    def floor(self, code: Code) -> int:
+        """Fewest results the job may decode from on the strength of the estimate."""
+        if code.exact:
+            return code.min_results
+        m = code.K if self.min_results is None else int(self.min_results)
+        return min(code.N, max(m, code.min_results, 3))
+
+    def validate(self, code: Code) -> None:
+        if self.min_results is not None and self.min_results > code.N:
+            raise ValueError(
+                f"min_results={self.min_results} exceeds the number of coded tasks N={code.N}"
+            )
+
+
+def until(error: float, *, min_results: int | None = None) -> UntilError:
+    """Wait policy: decode as soon as the estimated relative error is at most ``error``.
+
+    ``map_coded(f, X, wait=dask_bacc.until(error=0.01))`` decodes once the error estimate
+    is below 1%, or when every result is in, or at ``timeout``. See :class:`UntilError`.
+    """
+    return UntilError(error, min_results=min_results)
 
 
 def _check_grace(grace: float) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "inspect_task",
     "is_done",
     "mark_done",
+    "sketch_task",
     "wait_done",
 ]
 
@@ -37,7 +38,7 @@ STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
 _lock = threading.Lock()
 _done: OrderedDict[str, threading.Event] = OrderedDict()
 _MAX_TOKENS = 4096
-_running: Counter[str] = Counter()  # job token -> eval tasks executing in this process
+_running: Counter[tuple[str, int]] = Counter()  # (job token, index) of evals executing here
 _current = threading.local()  # the job token of the eval task this thread runs
 
 
@@ -55,9 +56,15 @@ def _event(token: str) -> threading.Event:
         return ev
 
 
-def mark_done(token: str) -> None:
-    """Record on this worker that job ``token`` needs no more coded results."""
+def mark_done(token: str) -> list[int]:
+    """Record on this worker that job ``token`` needs no more coded results.
+
+    Returns the indices of the job's eval tasks still executing here: their threads stay
+    busy until ``func`` returns, so the job keeps them visible to the scheduler.
+    """
     _event(token).set()
+    with _lock:
+        return sorted(i for (t, i), n in _running.items() if t == token and n > 0)
 
 
 def is_done(token: str) -> bool:
@@ -93,11 +100,12 @@ def hold(value: Any) -> Any:
     return value
 
 
-def running_evals() -> int:
-    """Coded eval tasks executing in this worker process right now (each holds a thread;
-    a cancelled straggler keeps holding it until ``func`` returns)."""
+def stale_evals() -> int:
+    """Eval tasks of finished jobs still executing in this worker process: stragglers whose
+    ``func`` has not returned yet (each holds a thread until it does)."""
     with _lock:
-        return sum(_running.values())
+        running = [(t, n) for (t, _), n in _running.items() if n > 0]
+    return sum(n for t, n in running if is_done(t))
 
 
 def weighted_sum(weights: np.ndarray, arrays: tuple[Any, ...], tile: int = 1 << 16) -> np.ndarray:
@@ -157,7 +165,7 @@ def eval_task(
         return None
     start = time.perf_counter()
     with _lock:
-        _running[token] += 1
+        _running[token, index] += 1
     _current.token = token
     args, kwargs = call
     try:
@@ -166,9 +174,9 @@ def eval_task(
     finally:
         _current.token = None
         with _lock:
-            _running[token] -= 1
-            if _running[token] <= 0:
-                del _running[token]
+            _running[token, index] -= 1
+            if _running[token, index] <= 0:
+                del _running[token, index]
     return check_result(out)
 
 
@@ -217,6 +225,19 @@ def check_result(out: Any) -> np.ndarray:
 def inspect_task(*results: np.ndarray) -> list[tuple[tuple[int, ...], str]]:
     """Shape and dtype of each result, so the client can drop inconsistent ones."""
     return [(tuple(np.shape(r)), np.asarray(r).dtype.str) for r in results]
+
+
+def sketch_task(result: np.ndarray | None, size: int, seed: int) -> np.ndarray | None:
+    """A norm-preserving linear sketch of one coded result (``codes.estimate.count_sketch``).
+
+    Runs next to the result; only ``size`` numbers go to the client, which estimates the
+    decoding error and screens for corrupted results from the sketches.
+    """
+    if result is None:  # the eval returned at once: its job had already decoded
+        return None
+    from ..codes.estimate import count_sketch
+
+    return count_sketch(result, size, seed)
 
 
 def decode_task(weights: np.ndarray, *results: np.ndarray) -> np.ndarray:
