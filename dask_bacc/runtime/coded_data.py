@@ -12,8 +12,9 @@ whose eval tasks read the shares where they already are.
 - A straggler of an earlier call may still run on its worker (Python cannot stop a
   thread). Each call waits for the previous call's clean-up (which tells the workers the
   job is over), asks the share holders whether they still run eval tasks of finished
-  jobs (:func:`~dask_bacc.runtime.worker.stale_evals`), and evaluates those shares on
-  spare workers instead of queueing behind them (``bacc.reroute-busy``).
+  jobs that started ``bacc.reroute-busy-after`` ago or more
+  (:func:`~dask_bacc.runtime.worker.stale_evals`), and evaluates those shares on spare
+  workers instead of queueing behind them (``bacc.reroute-busy``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from dask.utils import parse_timedelta
 from distributed import default_client
 
 from .. import config
@@ -198,8 +200,9 @@ class CodedData:
             where.append(self.workers[i] if self.workers[i] in held or not held else held[0])
         busy: set[str] = set()
         if config.get("reroute-busy", True):
+            min_age = parse_timedelta(config.get("reroute-busy-after", "100ms"))
             stale = await client.run(
-                stale_evals, workers=sorted(set(where) & live), on_error="return_none"
+                stale_evals, min_age, workers=sorted(set(where) & live), on_error="return_none"
             )
             busy = {a for a, n in stale.items() if n}
         taken: set[str] = set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +38,8 @@ STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
 _lock = threading.Lock()
 _done: OrderedDict[str, threading.Event] = OrderedDict()
 _MAX_TOKENS = 4096
-_running: Counter[tuple[str, int]] = Counter()  # (job token, index) of evals executing here
+# (job token, index) of the evals executing here -> their start times
+_running: dict[tuple[str, int], list[float]] = {}
 _current = threading.local()  # the job token of the eval task this thread runs
 
 
@@ -64,7 +65,7 @@ def mark_done(token: str) -> list[int]:
     """
     _event(token).set()
     with _lock:
-        return sorted(i for (t, i), n in _running.items() if t == token and n > 0)
+        return sorted(i for (t, i) in _running if t == token)
 
 
 def is_done(token: str) -> bool:
@@ -100,12 +101,14 @@ def hold(value: Any) -> Any:
     return value
 
 
-def stale_evals() -> int:
-    """Eval tasks of finished jobs still executing in this worker process: stragglers whose
-    ``func`` has not returned yet (each holds a thread until it does)."""
+def stale_evals(min_age: float = 0.0) -> int:
+    """Eval tasks of finished jobs that have been executing here for ``min_age`` seconds or
+    more: stragglers whose ``func`` has not returned yet (each holds a thread until it does).
+    Younger ones are about to end, like most late results."""
+    now = time.perf_counter()
     with _lock:
-        running = [(t, n) for (t, _), n in _running.items() if n > 0]
-    return sum(n for t, n in running if is_done(t))
+        running = [(t, now - start) for (t, _), starts in _running.items() for start in starts]
+    return sum(1 for t, age in running if age >= min_age and is_done(t))
 
 
 def weighted_sum(weights: np.ndarray, arrays: tuple[Any, ...], tile: int = 1 << 16) -> np.ndarray:
@@ -165,7 +168,7 @@ def eval_task(
         return None
     start = time.perf_counter()
     with _lock:
-        _running[token, index] += 1
+        _running.setdefault((token, index), []).append(start)
     _current.token = token
     args, kwargs = call
     try:
@@ -174,8 +177,9 @@ def eval_task(
     finally:
         _current.token = None
         with _lock:
-            _running[token, index] -= 1
-            if _running[token, index] <= 0:
+            starts = _running[token, index]
+            starts.remove(start)
+            if not starts:
                 del _running[token, index]
     return check_result(out)
 
