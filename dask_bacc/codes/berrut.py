@@ -10,10 +10,31 @@ import numpy as np
 from .base import Code, as_returned
 from .points import chebyshev_first, chebyshev_second, systematic_points
 
-__all__ = ["BerrutCode", "berrut_matrix"]
+__all__ = ["BerrutCode", "barycentric_matrix", "berrut_matrix"]
 
 # Points closer than this (absolute, on [-1, 1]) are the same point: the coincidence rule.
 COINCIDENCE_TOL = 1e-12
+
+
+def barycentric_matrix(targets: np.ndarray, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Barycentric interpolant ``sum_l w_l y_l/(x-n_l) / sum_l w_l/(x-n_l)`` as a matrix.
+
+    Returns the (len(targets), len(nodes)) matrix; a target that coincides with a node
+    (within ``COINCIDENCE_TOL``) gets that node's unit row (never 0/0). Berrut's, Lagrange's
+    and Floater-Hormann's interpolants differ only in their ``weights``.
+    """
+    targets = np.atleast_1d(np.asarray(targets, dtype=float))
+    diff = targets[:, None] - nodes[None, :]
+    hit = np.abs(diff) <= COINCIDENCE_TOL
+    rows_hit = hit.any(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.asarray(weights)[None, :] / np.where(hit, 1.0, diff)
+    terms[rows_hit] = 0.0
+    out = terms / np.where(rows_hit, 1.0, terms.sum(axis=1))[:, None]
+    if rows_hit.any():
+        out[rows_hit] = 0.0
+        out[np.flatnonzero(rows_hit), np.argmax(hit, axis=1)[rows_hit]] = 1.0
+    return out
 
 
 def berrut_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
@@ -24,19 +45,7 @@ def berrut_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     the position of a node in ``nodes``, which must be strictly monotone. A target that
     coincides with a node gets the unit row of that node (never 0/0).
     """
-    diff = targets[:, None] - nodes[None, :]
-    hit = np.abs(diff) <= COINCIDENCE_TOL
-    rows_hit = hit.any(axis=1)
-    signs = np.where(np.arange(nodes.size) % 2 == 0, 1.0, -1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = signs / np.where(hit, 1.0, diff)
-    terms[rows_hit] = 0.0
-    out = terms / np.where(rows_hit, 1.0, terms.sum(axis=1))[:, None]
-    if rows_hit.any():
-        first_hit = np.argmax(hit, axis=1)
-        out[rows_hit] = 0.0
-        out[np.flatnonzero(rows_hit), first_hit[rows_hit]] = 1.0
-    return out
+    return barycentric_matrix(targets, nodes, np.where(np.arange(nodes.size) % 2 == 0, 1.0, -1.0))
 
 
 class BerrutCode(Code):

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..exceptions import InsufficientResults
 from .base import Code, as_returned
-from .berrut import COINCIDENCE_TOL, BerrutCode
+from .berrut import COINCIDENCE_TOL, BerrutCode, barycentric_matrix
 
 __all__ = [
     "MAX_CALIBRATION",
@@ -125,26 +125,6 @@ def floater_hormann_weights(nodes: np.ndarray, d: int) -> np.ndarray:
                 prod /= np.abs(x[a : a + windows] - x[b : b + windows])
         np.add.at(w, np.arange(windows) + a, prod)
     return w * np.where((np.arange(x.size) - d) % 2 == 0, 1.0, -1.0)
-
-
-def barycentric_matrix(targets: np.ndarray, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Rational barycentric interpolant ``sum_l w_l y_l/(x-n_l) / sum_l w_l/(x-n_l)`` as a matrix.
-
-    Returns the (len(targets), len(nodes)) matrix; a target that coincides with a node gets
-    that node's unit row (never 0/0), as in :func:`dask_bacc.codes.berrut.berrut_matrix`.
-    """
-    targets = np.atleast_1d(np.asarray(targets, dtype=float))
-    diff = targets[:, None] - nodes[None, :]
-    hit = np.abs(diff) <= COINCIDENCE_TOL
-    rows_hit = hit.any(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = weights[None, :] / np.where(hit, 1.0, diff)
-    terms[rows_hit] = 0.0
-    out = terms / np.where(rows_hit, 1.0, terms.sum(axis=1))[:, None]
-    if rows_hit.any():
-        out[rows_hit] = 0.0
-        out[np.flatnonzero(rows_hit), np.argmax(hit, axis=1)[rows_hit]] = 1.0
-    return out
 
 
 def count_sketch(array: np.ndarray, size: int = 256, seed: int = 0) -> np.ndarray:

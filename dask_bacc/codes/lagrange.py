@@ -9,7 +9,7 @@ import numpy as np
 
 from ..exceptions import InsufficientResults
 from .base import Code, _positive_int, as_returned
-from .berrut import COINCIDENCE_TOL
+from .berrut import barycentric_matrix
 from .points import chebyshev_first, chebyshev_second
 
 __all__ = ["LagrangeCode", "lagrange_matrix"]
@@ -26,17 +26,7 @@ def lagrange_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     # scale each factor by 2 (the length of [-1, 1] is 2) so the products neither under-
     # nor overflow for a few hundred nodes; the common factor cancels in the ratio
     weights = 1.0 / np.prod(2.0 * gaps, axis=1)
-    diff = targets[:, None] - nodes[None, :]
-    hit = np.abs(diff) <= COINCIDENCE_TOL
-    rows_hit = hit.any(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = weights / np.where(hit, 1.0, diff)
-    terms[rows_hit] = 0.0
-    out = terms / np.where(rows_hit, 1.0, terms.sum(axis=1))[:, None]
-    if rows_hit.any():
-        out[rows_hit] = 0.0
-        out[np.flatnonzero(rows_hit), np.argmax(hit, axis=1)[rows_hit]] = 1.0
-    return out
+    return barycentric_matrix(targets, nodes, weights)
 
 
 class LagrangeCode(Code):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,8 +78,18 @@ class Blocks:
         return self.block_shape[0] if self.block_shape else None
 
     async def to_futures(self, client: Any) -> list[Any]:
-        """Futures of the K blocks on the cluster (one per block, in order)."""
-        raise NotImplementedError
+        """Futures of the K blocks on the cluster (one per block, in order).
+
+        By default one task per block of :meth:`stacked` (blocks held in this process):
+        tasks, not scatter, because the scheduler keeps each block in its task spec, so a
+        block lost with its worker is recomputed elsewhere (scattered data would be gone).
+        Adapters whose blocks are on the cluster override this.
+        """
+        name = f"bacc-chunk-{uuid.uuid4().hex}"
+        return [
+            client.submit(np.asarray, block, key=(name, j))
+            for j, block in enumerate(self.stacked())
+        ]
 
     def wrap(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """What runs on each coded share (a NumPy array of ``block_shape``).

@@ -556,12 +556,6 @@ class PandasBlocks(_FrameBlocks):
         start, stop = self.bounds[0]
         return _pad(self.values[start:stop], self.block_rows)
 
-    async def to_futures(self, client: Any) -> list[Any]:
-        name = f"bacc-chunk-{uuid.uuid4().hex}"
-        return [
-            client.submit(np.asarray, block, key=(name, j)) for j, block in enumerate(self.split())
-        ]
-
     def assemble(
         self,
         decoded: Sequence[np.ndarray],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,14 +56,6 @@ class NumpyBlocks(Blocks):
 
     def stacked(self) -> np.ndarray:
         return self.data.reshape((self.K, *self.block_shape))
-
-    async def to_futures(self, client: Any) -> list[Any]:
-        # Tasks, not scatter: the scheduler keeps each block in its task spec, so a block
-        # lost with its worker is recomputed elsewhere (scattered data would be gone).
-        name = f"bacc-chunk-{uuid.uuid4().hex}"
-        return [
-            client.submit(np.asarray, block, key=(name, j)) for j, block in enumerate(self.split())
-        ]
 
     def assemble(
         self,

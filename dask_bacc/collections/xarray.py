@@ -374,11 +374,7 @@ class XarrayBlocks(Blocks):
                 self.dim_coords = await client.compute(self.dim_coords)
         if self.chunked:
             return client.compute(self.flat.to_delayed().ravel().tolist())
-        name = f"bacc-chunk-{uuid.uuid4().hex}"
-        return [
-            client.submit(np.asarray, block, key=(name, j))
-            for j, block in enumerate(self.stacked())
-        ]
+        return await super().to_futures(client)
 
     def wrap(self, func: Any, args: tuple, kwargs: dict) -> CodedBlockFunc:
         """The coded-share function; learns f's output layout from ``meta`` or a mock block.
