@@ -9,6 +9,7 @@ collection stays lazy: ``.compute()``, ``.persist()`` and further operations wor
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from typing import Any
 
@@ -25,20 +26,9 @@ __all__ = ["coded"]
 
 #: keywords of ``submit_coded``: a mapped function's keyword arguments cannot use them
 _RESERVED = {
-    "code",
-    "n_coded",
-    "wait",
-    "timeout",
-    "client",
-    "n_blocks",
-    "blocks",
-    "combine",
-    "code_options",
-    "meta",
-    "columns",
-    "dim",
-    "progress",
-    "adversaries",
+    p.name
+    for p in inspect.signature(submit_coded).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
 }
 
 
