@@ -253,12 +253,14 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
         out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
     )
 
-    # now every worker blocks, and every worker dies: an error, never a hang
+    # now every worker blocks, and every worker dies: an error, never a hang. Gate the
+    # original names too: the victim's nanny restarts its worker under the same name, and
+    # it may register between this identity call and the job's own placement query
     info = await c.scheduler.identity(n_workers=-1)
     job = await dask_bacc.submit_coded(
         gated,
         X,
-        {str(w["name"]) for w in info["workers"].values()},
+        set(name_of.values()) | {str(w["name"]) for w in info["workers"].values()},
         "never-set",
         n_blocks=2,
         n_coded=3,

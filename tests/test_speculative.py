@@ -64,9 +64,10 @@ def test_rule_from_options_and_config():
 @gen_cluster(client=True, nthreads=SIX)
 async def test_exact_and_no_backup_when_nothing_is_slow(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((16, 3))
-    # nothing here runs anywhere near a second: no task is slow, so no backup
+    # nothing here runs anywhere near a minute: no task is slow, so no backup (durations
+    # count from submission, so a short min_runtime could fire on a loaded machine)
     job = await dask_bacc.submit_coded(
-        np.tanh, X, code="speculative", n_blocks=4, client=c, code_options={"min_runtime": 1.0}
+        np.tanh, X, code="speculative", n_blocks=4, client=c, code_options={"min_runtime": 60.0}
     )
     out = await job
     np.testing.assert_array_equal(out, np.tanh(X))
