@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import warnings
 
 import cloudpickle
 import numpy as np
@@ -148,6 +149,43 @@ async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
     out = await job
     assert job.report.wait_target == 7 and job.report.error_estimate == 0.0
     np.testing.assert_allclose(out, ROUGH**2, rtol=1e-9, atol=1e-12)
+
+
+def gated_linear(x, slow, event_name):
+    """3x + 1 (a degree-1 polynomial), but workers named in ``slow`` first wait for the Event."""
+    if str(get_worker().name) in slow:
+        Event(event_name).wait()
+    return 3.0 * x + 1.0
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 16)
+async def test_ill_conditioned_lagrange_decode_warns(c, s, *workers):
+    """Eight adjacent stragglers out of 16: Lagrange decodes from the first eight points, a
+    decode too ill-conditioned to call exact. It warns and reports no error figure; with
+    the stragglers spread out instead, the same job is exact and silent."""
+    X = np.random.default_rng(5).standard_normal((64, 3))
+    for slow_indices, event in ((range(8, 16), "lagrange-gap"), (range(1, 16, 2), "spread")):
+        slow, _ = await names_at(c, slow_indices, 16)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            job = await dask_bacc.submit_coded(
+                gated_linear, X, slow, event, n_blocks=8, n_coded=16, code="lagrange", client=c
+            )
+            out = await job
+        await Event(event, client=c).set()
+        rep = job.report
+        assert sorted(rep.returned) == sorted(set(range(16)) - set(slow_indices))
+        ours = [w for w in caught if "amplifies rounding errors" in str(w.message)]
+        if event == "spread":
+            assert not ours and rep.error_estimate == 0.0 and rep.estimate_method == "exact"
+            np.testing.assert_allclose(out, 3.0 * X + 1.0, rtol=1e-9)
+        else:
+            assert len(ours) == 1 and issubclass(ours[0].category, RuntimeWarning)
+            assert rep.error_estimate is None and rep.estimate_method == "ill-conditioned"
+            assert "unknown [ill-conditioned]" in str(rep)
+            assert rel(out, 3.0 * X + 1.0) < 1.0  # not exact, but bounded
+        while any(w.state.executing_count for w in workers):
+            await asyncio.sleep(0.01)
 
 
 def test_until_validation():

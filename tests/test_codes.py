@@ -35,6 +35,7 @@ from dask_bacc.codes import (
     registered_codes,
 )
 from dask_bacc.codes import registry as codes_registry
+from dask_bacc.codes.base import AMPLIFICATION_LIMIT
 from dask_bacc.codes.berrut import berrut_matrix
 from dask_bacc.exceptions import InsufficientResults as InsufficientResultsFromExceptions
 
@@ -694,6 +695,36 @@ def test_lagrange_exact_on_random_polynomials(K, degree):
     for size in (threshold, threshold, threshold + 1, N):
         returned = rng.choice(N, size=size, replace=False).tolist()
         assert rel_err(code.decode(results[returned], returned), f(blocks)) < 1e-8
+
+
+@pytest.mark.parametrize(("K", "N"), [(16, 64), (32, 128)])
+def test_lagrange_with_a_gap_stays_bounded_and_is_flagged(K, N):
+    """Adjacent stragglers leave a gap: the least-squares decode stays bounded (interpolating
+    through a subset of the points gave relative errors of 18 and 2.5 here), and the decode's
+    amplification says it is not exact."""
+    rng = np.random.default_rng(K)
+    code = LagrangeCode(K, N, degree=2)
+    blocks = rng.normal(size=(K, 10))
+    results = code.encode(blocks) ** 2
+    returned = list(range(code.min_results + 2))  # the other N - 2K - 1 tasks straggle
+    error = rel_err(code.decode(results[returned], returned), blocks**2)
+    assert error < 1.0
+    assert code.amplification(returned) > AMPLIFICATION_LIMIT
+    # every task back: well spread points, an exact decode
+    everything = list(range(N))
+    assert code.amplification(everything) < AMPLIFICATION_LIMIT
+    assert rel_err(code.decode(results, everything), blocks**2) < 1e-8
+
+
+def test_amplification_of_every_code():
+    assert RepetitionCode(3, 9).amplification([0, 4, 8, 1]) == 1.0
+    assert Uncoded(4).amplification(range(4)) == 1.0
+    code = LagrangeCode(4, 10, degree=2)
+    matrix = code.decoding_matrix([9, 0, 2, 4, 5, 7, 8])
+    assert code.amplification([9, 0, 2, 4, 5, 7, 8]) == pytest.approx(
+        np.abs(matrix).sum(axis=1).max()
+    )
+    assert BerrutCode(4, 8).amplification(range(8)) >= 1.0
 
 
 def test_lagrange_threshold_is_needed():

@@ -547,9 +547,7 @@ async def test_bool_categorical_and_datetime_columns(c, s, *workers):
     pd.testing.assert_frame_equal(out, ~df[["flag"]])
     # under Berrut f sees float mixtures of 0/1, and the output is float64
     # (wait=1.0: decoding from every result keeps the error independent of arrival order)
-    out = await dask_bacc.map_coded(
-        lambda d: d * 1.0, df[["flag"]], n_blocks=4, wait=1.0, client=c
-    )
+    out = await dask_bacc.map_coded(lambda d: d * 1.0, df[["flag"]], n_blocks=4, wait=1.0, client=c)
     assert out.dtypes.tolist() == [np.float64]
     np.testing.assert_allclose(out["flag"], df["flag"].astype(float), atol=0.25)
     # categorical and datetime columns: converted by the user, e.g. codes and int64

@@ -98,6 +98,15 @@ def test_coincident_points_are_exact_blocks():
     np.testing.assert_array_equal(est.per_block, np.zeros(5))
 
 
+def test_ill_conditioned_exact_decode_is_not_vouched_for():
+    code = LagrangeCode(8, 16)
+    results = np.random.default_rng(3).standard_normal((16, 2))
+    assert estimate_error(code, results, range(0, 16, 2)).overall == 0.0  # spread points
+    est = estimate_error(code, results[:8], range(8))  # eight adjacent stragglers
+    assert math.isnan(est.overall) and est.method == "ill-conditioned"
+    assert np.isnan(est.per_block).all() and est.to_dict()["overall"] is None
+
+
 def test_too_few_results_is_unknown_not_zero():
     code = BerrutCode(4, 8)
     results = np.random.default_rng(2).standard_normal((2, 3))

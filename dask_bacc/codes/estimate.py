@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..exceptions import InsufficientResults
-from .base import Code, as_returned
+from .base import AMPLIFICATION_LIMIT, Code, as_returned
 from .berrut import COINCIDENCE_TOL, BerrutCode, barycentric_matrix
 
 __all__ = [
@@ -70,12 +70,16 @@ class ErrorEstimate:
     ----------
     overall : float
         ``||estimate - truth|| / ||truth||`` over the whole output, estimated; ``nan`` when
-        it cannot be estimated (fewer than :data:`MIN_RESULTS` results for an approximate code).
+        it cannot be estimated (fewer than :data:`MIN_RESULTS` results for an approximate
+        code, or an exact code's ill-conditioned decode).
     per_block : ndarray, shape (K,)
         The same for each decoded block; 0 for blocks decoded exactly.
     method : str
         ``"exact"`` (an exact decode: every block is f(X_j)), ``"embedded-fh1"`` (see the
-        module docstring) or ``"unknown"``.
+        module docstring), ``"ill-conditioned"`` (an exact code whose decode from these
+        results amplifies rounding errors by more than
+        :data:`~dask_bacc.codes.base.AMPLIFICATION_LIMIT`: it may be far from exact) or
+        ``"unknown"``.
     calibration : float
         The leave-one-out factor applied (1 for exact decodes).
     n_results : int
@@ -246,7 +250,8 @@ def estimate_error(
     Parameters
     ----------
     code : Code
-        The job's code. Exact codes give 0 whenever the set is decodable; Berrut codes
+        The job's code. Exact codes give 0 whenever the set is decodable (``nan``,
+        ``"ill-conditioned"``, when their decode is not exact in floating point); Berrut codes
         (plain and systematic) use the self-calibrated embedded pair of the module
         docstring; blocks a systematic code decodes exactly get 0.
     results : array, shape (len(returned), ...)
@@ -272,6 +277,11 @@ def estimate_error(
     if code.exact or code.is_exact(idx):
         if not code.can_decode(idx):
             raise InsufficientResults(f"{code!r} cannot decode from {idx.tolist()}")
+        if code.exact and code.amplification(idx) > AMPLIFICATION_LIMIT:
+            # exact in exact arithmetic, not in floating point: no figure to vouch for
+            return ErrorEstimate(
+                math.nan, np.full(K, math.nan), "ill-conditioned", n_results=idx.size
+            )
         return ErrorEstimate(0.0, np.zeros(K), "exact", n_results=idx.size)
     if not isinstance(code, BerrutCode):
         return ErrorEstimate(math.nan, np.full(K, math.nan), "unknown", n_results=idx.size)

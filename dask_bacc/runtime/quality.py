@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import math
 import numbers
+import warnings
 import weakref
 from typing import Any
 
@@ -199,6 +200,16 @@ class JobQuality:
         rep.error_estimate = _num(estimate.overall)
         rep.block_errors = [_num(x) for x in estimate.per_block]
         rep.estimate_method = estimate.method
+        if estimate.method == "ill-conditioned":
+            warnings.warn(
+                f"{self.code!r} decoded from {len(used)} results whose points are badly "
+                f"spread (stragglers next to each other): the decode amplifies rounding "
+                f"errors by {self.code.amplification(used):.2g}, so the result may be far "
+                "from exact (report.error_estimate is None). Wait for more results, use a "
+                "smaller K, or a Berrut code.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def release(self) -> list[Any]:
         """Drop every sketch future; return those still pending (to cancel)."""
