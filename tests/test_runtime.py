@@ -312,6 +312,36 @@ async def test_cancel_job(c, s, *workers):
     await release.set()
 
 
+class _DeafTask:
+    """A job loop whose Task.cancel() is lost, as asyncio.wait_for can lose it on Python
+    < 3.12 when the cancellation lands as a result arrives (CPython gh-86296)."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def cancel(self, msg=None):
+        return False
+
+    def __await__(self):
+        return self.task.__await__()
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_cancel_job_when_the_task_cancellation_is_lost(c, s, *workers):
+    X = np.ones((8, 2))
+    release = Event("release-deaf", client=c)
+    names = {str(w.name) for w in workers}
+    job = await dask_bacc.submit_coded(gated, X, names, "release-deaf", n_blocks=4, client=c)
+    job._task = _DeafTask(job._task)
+    await asyncio.wait_for(job.cancel(), timeout=30)  # the loop sees the request itself
+    assert job.done() and job.report.status == "cancelled"
+    with pytest.raises(concurrent.futures.CancelledError):
+        await job
+    await release.set()
+    while any(w.state.executing_count for w in workers):
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize("code", ["repetition", "uncoded", "lagrange"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_exact_codes_are_exact(c, s, *workers, code):

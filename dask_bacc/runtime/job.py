@@ -106,6 +106,7 @@ class CodedJob:
         self._output: Any = None
         self._exception: BaseException | None = None
         self._finished = False
+        self._cancel_requested = False
         self._done_event = asyncio.Event()
         self._task: asyncio.Task | None = None
         # loop state: coded tasks not yet finished, and finished valid ones in arrival order
@@ -154,6 +155,9 @@ class CodedJob:
     async def _cancel(self) -> None:
         if self._finished or self._task is None:
             return
+        # the flag as well as Task.cancel(): on Python < 3.12 asyncio.wait_for can swallow
+        # a cancellation that lands as its inner future completes (CPython gh-86296)
+        self._cancel_requested = True
         self._task.cancel()
         try:
             await self._task
@@ -299,6 +303,8 @@ class CodedJob:
         rep = self.report
 
         while True:
+            if self._cancel_requested:
+                raise asyncio.CancelledError
             if not self._stage:
                 await self._tick()
                 await self.quality.refresh(usable)  # adaptive waiting: re-estimate the error
