@@ -161,12 +161,16 @@ async def test_stragglers_do_not_pile_up_across_calls(c, s, *workers):
     for _ in range(3):
         job = await coded.submit(gated_on, W, names, "cd-pile", wait=5)
         await job
-        assert job.report.rerouted.get(0) not in (None, slow_addr)
+        # only the blocked share moves (the workers share one process: the busy check
+        # must still tell them apart)
+        assert set(job.report.rerouted) == {0}
+        assert job.report.rerouted[0] != slow_addr
         assert 0 not in job.report.failed
         # nothing of this job ever waits on the blocked worker
         queued = [k for k in slow.state.tasks if "bacc-eval" in str(k)]
         assert all(first.token in str(k) for k in queued), queued
-    assert await c.run(stale_evals, workers=[slow_addr]) == {slow_addr: 1}
+    stale = await c.run(stale_evals)
+    assert stale == {w.address: int(w.address == slow_addr) for w in workers}
     await release.set()
     while slow.state.executing_count:
         await asyncio.sleep(0.01)

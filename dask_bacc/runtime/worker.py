@@ -38,8 +38,9 @@ STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
 _lock = threading.Lock()
 _done: OrderedDict[str, threading.Event] = OrderedDict()
 _MAX_TOKENS = 4096
-# (job token, index) of the evals executing here -> their start times
-_running: dict[tuple[str, int], list[float]] = {}
+# (worker address, job token, index) of the evals executing in this process -> their
+# start times; keyed by worker too, as in-process clusters share one module
+_running: dict[tuple[str | None, str, int], list[float]] = {}
 _current = threading.local()  # the job token of the eval task this thread runs
 
 
@@ -57,15 +58,30 @@ def _event(token: str) -> threading.Event:
         return ev
 
 
-def mark_done(token: str) -> list[int]:
+def _address(worker: Any = None) -> str | None:
+    """The address of ``worker``, or of the worker running this task (None outside one)."""
+    if worker is None:
+        from distributed import get_worker
+
+        try:
+            worker = get_worker()
+        except ValueError:
+            return None
+    return worker.address
+
+
+def mark_done(token: str, dask_worker: Any = None) -> list[int]:
     """Record on this worker that job ``token`` needs no more coded results.
 
-    Returns the indices of the job's eval tasks still executing here: their threads stay
-    busy until ``func`` returns, so the job keeps them visible to the scheduler.
+    Returns the indices of the job's eval tasks still executing on this worker
+    (``dask_worker``, passed by ``Client.run``; every worker of the process without it):
+    their threads stay busy until ``func`` returns, so the job keeps them visible to the
+    scheduler.
     """
     _event(token).set()
+    here = None if dask_worker is None else dask_worker.address
     with _lock:
-        return sorted(i for (t, i) in _running if t == token)
+        return sorted(i for (a, t, i) in _running if t == token and here in (None, a))
 
 
 def is_done(token: str) -> bool:
@@ -101,13 +117,23 @@ def hold(value: Any) -> Any:
     return value
 
 
-def stale_evals(min_age: float = 0.0) -> int:
-    """Eval tasks of finished jobs that have been executing here for ``min_age`` seconds or
-    more: stragglers whose ``func`` has not returned yet (each holds a thread until it does).
-    Younger ones are about to end, like most late results."""
+def stale_evals(min_age: float = 0.0, dask_worker: Any = None) -> int:
+    """Eval tasks of finished jobs that have been executing on this worker for ``min_age``
+    seconds or more: stragglers whose ``func`` has not returned yet (each holds a thread
+    until it does). Younger ones are about to end, like most late results.
+
+    ``dask_worker`` (passed by ``Client.run``) restricts the count to that worker; without
+    it every worker of this process counts.
+    """
     now = time.perf_counter()
+    here = None if dask_worker is None else dask_worker.address
     with _lock:
-        running = [(t, now - start) for (t, _), starts in _running.items() for start in starts]
+        running = [
+            (t, now - start)
+            for (a, t, _), starts in _running.items()
+            if here in (None, a)
+            for start in starts
+        ]
     return sum(1 for t, age in running if age >= min_age and is_done(t))
 
 
@@ -167,8 +193,9 @@ def eval_task(
     if is_done(token):
         return None
     start = time.perf_counter()
+    key = (_address(), token, index)
     with _lock:
-        _running.setdefault((token, index), []).append(start)
+        _running.setdefault(key, []).append(start)
     _current.token = token
     args, kwargs = call
     try:
@@ -177,10 +204,10 @@ def eval_task(
     finally:
         _current.token = None
         with _lock:
-            starts = _running[token, index]
+            starts = _running[key]
             starts.remove(start)
             if not starts:
-                del _running[token, index]
+                del _running[key]
     return check_result(out)
 
 
