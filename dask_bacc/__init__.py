@@ -12,6 +12,8 @@ from .runtime import (
     WaitPolicy,
     coded,
     map_coded,
+    report_of,
+    rewrite_reports,
     submit_coded,
     until,
 )
@@ -37,6 +39,8 @@ __all__ = [
     "config",
     "encode",
     "map_coded",
+    "report_of",
+    "rewrite_reports",
     "submit_coded",
     "until",
 ]

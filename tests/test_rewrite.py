@@ -11,7 +11,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
-from distributed import Event
+from distributed import Event, get_worker
 from distributed.utils_test import gen_cluster
 
 import dask_bacc
@@ -107,6 +107,73 @@ async def test_map_blocks_rewrite_exact_code_equals_plain_and_composes(c, s, *wo
     zi = dask_bacc.coded(xi * 3, code="repetition")
     assert zi.dtype == np.int64
     np.testing.assert_array_equal(await c.compute(zi), np.arange(32).reshape(16, 2) * 3)
+
+
+def gated_beside_driver(block, weights, event_name):
+    """tanh(block @ weights); on the worker that runs the coded job's driver task, first
+    wait for the Event (a straggler that holds the driver's worker's only thread)."""
+    if any(str(ts.key).startswith("bacc-driver-") for ts in get_worker().state.long_running):
+        Event(event_name).wait()
+    return np.tanh(np.asarray(block) @ weights)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_a_straggler_on_the_drivers_worker_does_not_hold_up_the_result(c, s, *workers):
+    X, W = data()
+    x = da.from_array(X, chunks=(4, 3))
+    release = Event("rw-beside-driver", client=c)
+    z = dask_bacc.coded(
+        x.map_blocks(gated_beside_driver, W, "rw-beside-driver", chunks=(4, 2), dtype=float),
+        n_coded=N,
+        wait=N - 1,
+    )
+    out = await asyncio.wait_for(c.compute(z), 20)
+    # the driver's worker still runs its straggler; the decoded result did not wait for it
+    driver_worker = [w for w in workers if w.state.executing_count]
+    assert len(driver_worker) == 1
+    rep = await dask_bacc.report_of(z, client=c)
+    assert len(rep.straggled) == 1 and rep.workers[rep.straggled[0]] == driver_worker[0].address
+    np.testing.assert_allclose(out, expected_berrut(X, W, rep.returned), rtol=1e-12, atol=1e-12)
+    await release.set()
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_report_of_a_rewritten_collection(c, s, *workers):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    X, W = data()
+    x = da.from_array(X, chunks=(4, 3))
+    release = Event("rw-report", client=c)
+    y = x.map_blocks(gated_share, W, slow_shares(X), "rw-report", chunks=(4, 2), dtype=float)
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    with pytest.raises(LookupError, match="not been computed"):
+        await dask_bacc.report_of(z, client=c)
+    await c.compute(z)
+    rep = await dask_bacc.report_of(z, client=c)
+    assert isinstance(rep, dask_bacc.JobReport) and rep.status == "finished"
+    assert (rep.K, rep.N, rep.code["name"]) == (K, N, "berrut")
+    assert sorted(rep.returned) == [i for i in range(N) if i not in SLOW]
+    assert sorted(rep.straggled) == SLOW and rep.error_estimate is not None
+    assert all(isinstance(i, int) for i in rep.arrival)  # keys restored from the event log
+    # a collection built on it names the same job; computing again gives a newer report
+    await drain(release, workers)
+    await c.compute(z.sum())
+    again = await dask_bacc.report_of(z.sum(), client=c)
+    assert again.token != rep.token
+    listed = await dask_bacc.rewrite_reports(client=c)
+    driver = next(k for k in dict(z.__dask_graph__()) if str(k).startswith("bacc-driver-"))
+    assert [r.token for key, r in listed if key == driver] == [rep.token, again.token]
+    # dataframes too; anything that is not a rewritten collection is an error
+    ddf = dd.from_pandas(pd.DataFrame(X, columns=["a", "b", "c"]), npartitions=K)
+    frame = dask_bacc.coded(ddf.map_partitions(np.tanh), code="repetition")
+    await c.compute(frame)
+    assert (await dask_bacc.report_of(frame, client=c)).code["name"] == "repetition"
+    with pytest.raises(ValueError, match="no coded job"):
+        dask_bacc.report_of(y, client=c)
+    with pytest.raises(ValueError, match="2 coded jobs"):
+        dask_bacc.report_of(z + dask_bacc.coded(y), client=c)
+    await release.set()
 
 
 @gen_cluster(client=True, nthreads=EIGHT)

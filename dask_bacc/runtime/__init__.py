@@ -1,6 +1,6 @@
 """The coded job on Dask distributed: placement, submit, wait policies, cancel, decode, report."""
 
-from .driver import coded
+from .driver import coded, report_of, rewrite_reports
 from .job import CodedJob
 from .report import JobReport
 from .submit import map_coded, submit_coded
@@ -15,6 +15,8 @@ __all__ = [
     "WaitPolicy",
     "coded",
     "map_coded",
+    "report_of",
+    "rewrite_reports",
     "submit_coded",
     "until",
 ]

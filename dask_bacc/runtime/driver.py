@@ -2,9 +2,10 @@
 
 A static task graph cannot say "decode from the first k of N results", so the rewritten
 collection holds one driver task (``bacc-driver-<token>``) that runs the coded job inside
-the cluster with ``worker_client()`` — encode, coded eval, first-k decode, cancel — and
-returns the K decoded blocks; the collection's chunks are picked out of its result. The
-collection stays lazy: ``.compute()``, ``.persist()`` and further operations work as usual.
+the cluster with the worker's client, seceded from its thread — encode, coded eval, first-k
+decode, cancel — and returns the K decoded blocks; the collection's chunks are picked out
+of its result. The collection stays lazy: ``.compute()``, ``.persist()`` and further
+operations work as usual.
 """
 
 from __future__ import annotations
@@ -18,11 +19,17 @@ import numpy as np
 from .. import config
 from ..codes import Code, code_class
 from ..collections.rewrite import MapCall, find_map
+from ..diagnostics.monitor import _jsonable
 from ..exceptions import RewriteError
+from .report import JobReport
 from .submit import _check_common, submit_coded
 from .wait import WaitPolicy
 
-__all__ = ["coded"]
+__all__ = ["coded", "report_of", "rewrite_reports"]
+
+#: Topic of the scheduler's event log where each driver task leaves its job's report
+REPORT_TOPIC = "bacc-coded"
+DRIVER = "bacc-driver-"
 
 #: keywords of ``submit_coded``: a mapped function's keyword arguments cannot use them
 _RESERVED = {
@@ -110,7 +117,7 @@ def coded(
     driver_call = MapCall(call.kind, call.func, call.data, call.args, call.kwargs, None, call.dim)
     target = _target(call, exact_dtypes)
     driver = dask.delayed(_drive, pure=False)(
-        driver_call, options, settings, target, dask_key_name=f"bacc-driver-{token}"
+        driver_call, options, settings, target, token, dask_key_name=f"{DRIVER}{token}"
     )
     return _rebuild(call, driver, target)
 
@@ -169,15 +176,21 @@ def _lazy_variables(obj: Any) -> dict[Any, Any]:
     return {n: v for n, v in variables.items() if isinstance(v.data, da.Array)}
 
 
-def _drive(call: MapCall, options: dict, settings: dict, target: Any) -> Any:
+def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str) -> Any:
     """The driver task: run the coded job from inside the cluster; return the K blocks
-    (for ``xr.map_blocks``, the values of each lazy variable)."""
+    (for ``xr.map_blocks``, the values of each lazy variable). The job's report goes to
+    the scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`."""
     import dask
-    from distributed import worker_client
+    from distributed import get_client, get_worker, secede
 
+    client = get_client()
+    # give this worker's thread to the job's tasks, and never take it back: rejoining
+    # (as worker_client() does on exit) waits for a free thread, i.e. for a straggler
+    # still running here, and the decoded blocks would wait for it
+    secede()
     # the client's bacc settings; set only when they differ (the config is process-wide)
     same = dask.config.get("bacc", default={}) == settings
-    with dask.config.set({} if same else {"bacc": settings}), worker_client() as client:
+    with dask.config.set({} if same else {"bacc": settings}):
         combine = "concat" if call.kind in ("dask.array", "xarray.apply_ufunc") else "auto"
         labels = {"dim": call.dim} if call.kind == "xarray.map_blocks" else {}
         job = submit_coded(
@@ -190,7 +203,11 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any) -> Any:
             **options,
             **call.kwargs,
         )
-        out = job.result()
+        try:
+            out = job.result()
+        finally:
+            report = _jsonable(job.report.to_dict())
+            get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})
         if call.kind == "xarray.map_blocks":
             return _xarray_values(client.compute(out).result(), target)
         parts = out.to_delayed()
@@ -266,3 +283,85 @@ def _rebuild_xarray(y: Any, driver: Any, target: dict) -> Any:
         out = y.copy(data={n: arrays.pop(n, v.data) for n, v in y.data_vars.items()})
     coords = {n: (y[n].dims, a, y[n].attrs) for n, a in arrays.items()}
     return out.assign_coords(coords) if coords else out
+
+
+def report_of(collection: Any, client: Any = None) -> Any:
+    """The report of the coded job that last computed ``collection``.
+
+    Parameters
+    ----------
+    collection : dask collection
+        A collection :func:`coded` returned, or one built on it (``coded(y).sum()``), not
+        yet persisted (a persisted collection no longer holds the driver task: use
+        :func:`rewrite_reports`).
+    client : distributed.Client, optional
+        Defaults to the current client. With an asynchronous client, await the result.
+
+    Returns
+    -------
+    JobReport
+        Read from the scheduler's event log, where the driver task leaves it.
+
+    Raises
+    ------
+    ValueError
+        ``collection`` holds no coded job, or several.
+    LookupError
+        It has not been computed yet (or its report left the scheduler's event log).
+    """
+    from distributed import default_client
+
+    tokens = sorted({k[len(DRIVER) :] for k in _keys(collection) if k.startswith(DRIVER)})
+    if not tokens:
+        raise ValueError(
+            "this collection holds no coded job: pass one that dask_bacc.coded returned "
+            "(before .persist(), which drops the driver task; see rewrite_reports)"
+        )
+    if len(tokens) > 1:
+        raise ValueError(
+            f"this collection holds {len(tokens)} coded jobs: call report_of on each "
+            "collection dask_bacc.coded returned"
+        )
+    client = client if client is not None else default_client()
+    return client.sync(_report_of, client, tokens[0])
+
+
+def rewrite_reports(client: Any = None) -> Any:
+    """Reports of the coded jobs the rewritten collections ran, oldest first.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        Defaults to the current client. With an asynchronous client, await the result.
+
+    Returns
+    -------
+    list of (str, JobReport)
+        The driver task's key and the job's report, for each run the scheduler's event
+        log still holds.
+    """
+    from distributed import default_client
+
+    client = client if client is not None else default_client()
+    return client.sync(_rewrite_reports, client)
+
+
+async def _rewrite_reports(client: Any) -> list[tuple[str, JobReport]]:
+    events = await client.get_events(REPORT_TOPIC)
+    return [(DRIVER + m["driver"], JobReport.from_dict(m["report"])) for _, m in events]
+
+
+async def _report_of(client: Any, token: str) -> JobReport:
+    found = [r for key, r in await _rewrite_reports(client) if key == DRIVER + token]
+    if not found:
+        raise LookupError(
+            f"no report for {DRIVER}{token}: the collection has not been computed yet (or "
+            "its report left the scheduler's event log)"
+        )
+    return found[-1]
+
+
+def _keys(collection: Any) -> list[str]:
+    """Every string key of a collection's task graph."""
+    graph = collection.__dask_graph__()
+    return [k for k in (graph or {}) if isinstance(k, str)]

@@ -121,6 +121,14 @@ class JobReport:
         out["rerouted"] = {str(k): v for k, v in self.rerouted.items()}
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobReport:
+        """Rebuild a report from :meth:`to_dict` output (integer keys restored)."""
+        data = dict(data)
+        for key in ("failed", "arrival", "consistency", "rerouted"):
+            data[key] = {int(k): v for k, v in (data.get(key) or {}).items()}
+        return cls(**data)
+
     def __repr__(self) -> str:
         def t(x: float | None) -> str:
             return "-" if x is None else f"{x:.3f}s"
