@@ -1,7 +1,7 @@
 """What the graph rewrite costs: ``coded(y).compute()`` against ``map_coded`` and the plain map.
 
 The rewrite runs the same coded job from a driver task inside the cluster
-(``worker_client``), then the output chunks pick their blocks out of the driver's result.
+(the worker's client, seceded), then the output chunks pick their blocks out of the driver's result.
 This measures that extra hop, with no stragglers, as ratios against the plain
 ``y.compute()`` and the direct ``map_coded(...).compute()`` in the same run, for a dask
 array (``map_blocks``), a dask DataFrame (``map_partitions``) and an xarray Dataset
