@@ -84,11 +84,9 @@ class LagrangeCode(Code):
                 f"Lagrange code (K={self.K}, degree={self.degree}) needs {need} results, "
                 f"got {idx.size}"
             )
-        # least squares over every result rather than interpolation through a subset: the
-        # extra points bound the error where a gap makes a subset interpolant blow up
-        # (measured: worst relative error about 1 instead of 6e22 at K=32, N=128)
-        # (an SVD solve: its cut-off of tiny singular values keeps an ill-conditioned fit
-        # bounded, where a QR solve gave errors of 1e14)
+        # least squares over every result, not interpolation through a subset: where a gap
+        # makes a subset interpolant blow up (errors of 6e22 at K=32, N=128) the extra
+        # points keep it near 1; lstsq's SVD cut-off does too (a QR solve gave 1e14)
         fit = chebyshev.chebvander(self._z[idx], need - 1)
         coefficients = np.linalg.lstsq(fit, np.eye(idx.size), rcond=None)[0]
         return chebyshev.chebvander(self._alpha, need - 1) @ coefficients
