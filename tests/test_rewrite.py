@@ -137,6 +137,40 @@ async def test_a_straggler_on_the_drivers_worker_does_not_hold_up_the_result(c, 
     await release.set()
 
 
+def corrupt_share(block, bad_share):
+    """tanh(block); a block equal to ``bad_share`` returns -3 tanh(block) (Byzantine)."""
+    b = np.asarray(block)
+    y = np.tanh(b)
+    return -3.0 * y if b.shape == bad_share.shape and np.allclose(b, bad_share) else y
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 12)
+async def test_rewrite_with_until_and_adversaries(c, s, *workers):
+    t = np.linspace(0.0, 1.0, 64)
+    X = 0.5 * np.stack([np.sin(2 * np.pi * 0.3 * t + p) for p in (0, 1, 2)], axis=1)
+    x = da.from_array(X, chunks=(16, 3))
+    # one corrupted coded result, located and left out: N = 2K + 2A - 1 + 1 spare
+    n = 10
+    bad = BerrutCode(K, n).encode(np.stack(np.split(X, K)))[3]
+    z = dask_bacc.coded(
+        x.map_blocks(corrupt_share, bad, dtype=float), n_coded=n, wait=n, adversaries=1
+    )
+    out = await c.compute(z)
+    rep = await dask_bacc.report_of(z, client=c)
+    assert rep.adversaries == 1 and rep.excluded == [3] and 3 not in rep.returned
+    direct = await dask_bacc.submit_coded(
+        corrupt_share, X, bad, n_blocks=K, n_coded=n, wait=n, adversaries=1, client=c
+    )
+    np.testing.assert_allclose(out, await direct, rtol=1e-12, atol=1e-12)
+    # adaptive waiting: a smooth f decodes on the error target
+    z = dask_bacc.coded(x.map_blocks(np.tanh), n_coded=8, wait=dask_bacc.until(error=0.5))
+    await c.compute(z)
+    rep = await dask_bacc.report_of(z, client=c)
+    assert rep.trigger in ("error", "all") and rep.error_estimate <= 0.5
+    with pytest.raises(ValueError, match="adversaries must be >= 0"):
+        dask_bacc.coded(x.map_blocks(np.tanh), adversaries=-1)
+
+
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_report_of_a_rewritten_collection(c, s, *workers):
     import dask.dataframe as dd
@@ -155,7 +189,8 @@ async def test_report_of_a_rewritten_collection(c, s, *workers):
     assert (rep.K, rep.N, rep.code["name"]) == (K, N, "berrut")
     assert sorted(rep.returned) == [i for i in range(N) if i not in SLOW]
     assert sorted(rep.straggled) == SLOW and rep.error_estimate is not None
-    assert all(isinstance(i, int) for i in rep.arrival)  # keys restored from the event log
+    # keys and lists restored from the event log (msgpack hands back tuples)
+    assert all(isinstance(i, int) for i in rep.arrival) and isinstance(rep.returned, list)
     # a collection built on it names the same job; computing again gives a newer report
     await drain(release, workers)
     await c.compute(z.sum())

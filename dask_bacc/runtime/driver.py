@@ -21,6 +21,7 @@ from ..codes import Code, code_class
 from ..collections.rewrite import MapCall, find_map
 from ..diagnostics.monitor import _jsonable
 from ..exceptions import RewriteError
+from .quality import check_adversaries
 from .report import JobReport
 from .submit import _check_common, submit_coded
 from .wait import WaitPolicy
@@ -47,6 +48,7 @@ def coded(
     wait: int | float | WaitPolicy | None = None,
     timeout: float | None = None,
     code_options: dict[str, Any] | None = None,
+    adversaries: int | None = None,
     fallback: str = "raise",
 ) -> Any:
     """Rewrite a lazy map over chunks to run as a coded job; return the same kind of collection.
@@ -60,8 +62,9 @@ def coded(
         first dimension only), or ``xr.map_blocks(f, obj)`` (one DataArray/Dataset
         chunked along one dimension; ``f`` then sees what ``map_coded(f, obj, dim=...)``
         gives it).
-    code, n_coded, wait, timeout, code_options
-        As in :func:`dask_bacc.map_coded`. The ``bacc.*`` configuration is read here, on
+    code, n_coded, wait, timeout, code_options, adversaries
+        As in :func:`dask_bacc.map_coded` (``wait=dask_bacc.until(error=...)`` and
+        Byzantine-robust decoding included). The ``bacc.*`` configuration is read here, on
         the client, and applied in the driver task.
     fallback : {"raise", "plain"}
         What to do when the final operation cannot be rewritten: raise
@@ -109,6 +112,7 @@ def coded(
         "wait": wait,
         "timeout": timeout,
         "code_options": code_options,
+        "adversaries": check_adversaries(adversaries),
     }
     settings = _bacc_settings()
     import dask

@@ -123,8 +123,17 @@ class JobReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobReport:
-        """Rebuild a report from :meth:`to_dict` output (integer keys restored)."""
-        data = dict(data)
+        """Rebuild a report from :meth:`to_dict` output (integer keys and lists restored:
+        msgpack, e.g. the scheduler's event log, hands lists back as tuples)."""
+
+        def lists(value: Any) -> Any:
+            if isinstance(value, (list, tuple)):
+                return [lists(v) for v in value]
+            if isinstance(value, dict):
+                return {k: lists(v) for k, v in value.items()}
+            return value
+
+        data = {k: lists(v) for k, v in data.items()}
         for key in ("failed", "arrival", "consistency", "rerouted"):
             data[key] = {int(k): v for k, v in (data.get(key) or {}).items()}
         return cls(**data)
