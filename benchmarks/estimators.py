@@ -25,15 +25,9 @@ import collections
 
 import numpy as np
 
+from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import BerrutCode, estimate_error
 from dask_bacc.codes.estimate import barycentric_matrix, floater_hormann_weights
-
-
-def smooth_data(K: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    t = np.linspace(0.0, 1.0, K * rows)
-    freq, phase = rng.uniform(0.5, 2.0, cols), rng.uniform(0, 2 * np.pi, cols)
-    X = np.sin(2 * np.pi * freq * t[:, None] + phase) + 0.02 * rng.standard_normal((K * rows, cols))
-    return X.reshape(K, rows, cols)
 
 
 def decode_matrix(code: BerrutCode, ret: np.ndarray, d: int) -> np.ndarray:
@@ -112,7 +106,7 @@ def main() -> None:
                         for pattern in ("random", "adjacent") if S else ("none",):
                             for _ in range(args.trials):
                                 X = (
-                                    smooth_data(K, 16, 8, rng)
+                                    smooth_blocks(K, 16, 8, rng)
                                     if kind == "smooth"
                                     else rng.standard_normal((K, 16, 8))
                                 )

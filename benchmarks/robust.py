@@ -20,16 +20,14 @@ import collections
 
 import numpy as np
 
+from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import BerrutCode, detect_inconsistent, locate_corrupted
 from dask_bacc.codes.robust import required_results
 
 
 def workload(K: int, N: int, S: int, data: str, systematic: bool, rng: np.random.Generator):
     if data == "smooth":
-        t = np.linspace(0.0, 1.0, K * 12)
-        freq, phase = rng.uniform(0.5, 2.0, 6), rng.uniform(0, 2 * np.pi, 6)
-        X = np.sin(2 * np.pi * freq * t[:, None] + phase) + 0.02 * rng.standard_normal((K * 12, 6))
-        X = X.reshape(K, 12, 6)
+        X = smooth_blocks(K, 12, 6, rng)
     else:
         X = rng.standard_normal((K, 12, 6))
     W = 0.6 * rng.standard_normal((6, 5))

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import (
     BerrutCode,
     InsufficientResults,
@@ -22,15 +23,6 @@ from dask_bacc.codes import (
 from dask_bacc.codes.estimate import barycentric_matrix, floater_hormann_weights
 
 PROPERTY = settings(deadline=None, max_examples=40, database=None, derandomize=True)
-
-
-def smooth_blocks(K: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    """K contiguous blocks of a slowly varying multichannel signal (plus a little noise)."""
-    t = np.linspace(0.0, 1.0, K * rows)
-    freq = rng.uniform(0.5, 2.0, cols)
-    phase = rng.uniform(0.0, 2 * np.pi, cols)
-    X = np.sin(2 * np.pi * freq * t[:, None] + phase) + 0.02 * rng.standard_normal((K * rows, cols))
-    return X.reshape(K, rows, cols)
 
 
 def case(kind: str, K: int, N: int, S: int, pattern: str, seed: int, systematic: bool = False):

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import (
     BerrutCode,
     RepetitionCode,
@@ -18,14 +19,6 @@ from dask_bacc.codes import (
 from dask_bacc.codes.robust import approxifer_votes, loo_consistency, required_results
 
 PROPERTY = settings(deadline=None, max_examples=40, database=None, derandomize=True)
-
-
-def smooth_blocks(K: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    t = np.linspace(0.0, 1.0, K * rows)
-    freq = rng.uniform(0.5, 2.0, cols)
-    phase = rng.uniform(0.0, 2 * np.pi, cols)
-    X = np.sin(2 * np.pi * freq * t[:, None] + phase) + 0.02 * rng.standard_normal((K * rows, cols))
-    return X.reshape(K, rows, cols)
 
 
 def workload(K: int, N: int, S: int, seed: int, systematic: bool = False):

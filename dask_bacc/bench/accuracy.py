@@ -70,14 +70,16 @@ class Workload:
     degree: int | None = None  # polynomial degree (Lagrange applies), else None
 
 
-def _smooth_data(K: int, rng: np.random.Generator) -> np.ndarray:
-    """Contiguous blocks of a slowly varying signal: a few low frequencies over all rows."""
-    t = np.linspace(0.0, 1.0, K * ROWS)
-    freq = rng.uniform(0.5, 2.0, FEATURES)
-    phase = rng.uniform(0.0, 2 * np.pi, FEATURES)
+def smooth_blocks(K: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """K contiguous blocks of a slowly varying signal (a few low frequencies over all rows,
+    plus a little noise): the smooth data of the accuracy benchmark, the estimator and
+    robustness benchmarks and their tests."""
+    t = np.linspace(0.0, 1.0, K * rows)
+    freq = rng.uniform(0.5, 2.0, cols)
+    phase = rng.uniform(0.0, 2 * np.pi, cols)
     X = np.sin(2 * np.pi * freq * t[:, None] + phase)
     X += 0.02 * rng.standard_normal(X.shape)
-    return X.reshape(K, ROWS, FEATURES)
+    return X.reshape(K, rows, cols)
 
 
 def _linear(rng: np.random.Generator) -> np.ndarray:
@@ -108,7 +110,10 @@ def _scaled_exp(x: np.ndarray) -> np.ndarray:
 
 def _phi_workload(phi: Callable, data: str) -> Callable:
     def draw(K: int, rng: np.random.Generator):
-        X = _smooth_data(K, rng) if data == "smooth" else rng.standard_normal((K, ROWS, FEATURES))
+        if data == "smooth":
+            X = smooth_blocks(K, ROWS, FEATURES, rng)
+        else:
+            X = rng.standard_normal((K, ROWS, FEATURES))
         return X, _Phi(phi, 1.5 * _linear(rng)), None
 
     return draw
