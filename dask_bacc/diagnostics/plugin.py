@@ -1,7 +1,7 @@
 """The scheduler plugin that follows dask-bacc's coded jobs.
 
 It watches the transitions of the ``("bacc-eval-<token>", i)``, ``("bacc-backup-<token>",
-i)``, ``("bacc-decode-<token>[-rN]", j)`` and ``("bacc-inspect-<token>", n)`` tasks, so
+i)`` and ``("bacc-decode-<token>[-rN]", j)`` tasks (keys: :mod:`dask_bacc.runtime.keys`), so
 its figures hold even when the client never says anything (or dies mid-job). When the
 client does speak (``bacc_job`` handler, see :mod:`dask_bacc.diagnostics.monitor`), it
 adds what only the client knows: the function's name, the code, the wait target, the
@@ -13,7 +13,6 @@ Everything here runs on the scheduler's event loop: no locks.
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections import Counter, OrderedDict
 from typing import Any
@@ -22,6 +21,7 @@ from distributed import SchedulerPlugin
 from distributed.metrics import time
 
 from .. import config
+from ..runtime.keys import parse as parse_key
 
 __all__ = ["HANDLER", "PLUGIN_NAME", "BaccDiagnostics", "current_plugin"]
 
@@ -30,7 +30,6 @@ PLUGIN_NAME = "bacc-diagnostics"
 #: the scheduler RPC handler that receives job metadata from clients
 HANDLER = "bacc_job"
 
-_KEY = re.compile(r"^bacc-(eval|backup|decode|inspect)-([0-9a-f]{32})(?:-r(\d+))?$")
 _TERMINAL = frozenset({"landed", "failed", "cancelled"})
 #: the figures of JobStats.counts()
 COUNTS = ("landed", "used", "late", "excluded", "cancelled", "failed", "running", "pending")
@@ -380,10 +379,10 @@ class BaccDiagnostics(SchedulerPlugin):
             return
         if not key[0].startswith("bacc-"):
             return
-        m = _KEY.match(key[0])
-        if m is None or len(key) != 2:
+        parsed = parse_key(key)
+        if parsed is None or parsed.kind not in ("eval", "backup", "decode"):
             return
-        kind, token, rnd = m.group(1), m.group(2), m.group(3)
+        kind, token, rnd = parsed.kind, parsed.token, parsed.round
         now = time()
         # a release of a job we never saw (or dropped from the history) starts nothing
         job = self._job(token, now, create=finish not in ("released", "forgotten"))
@@ -393,7 +392,7 @@ class BaccDiagnostics(SchedulerPlugin):
         if kind in ("eval", "backup"):
             self._coded_transition(job, kind, index, key, finish, now, kwargs)
         elif kind == "decode":
-            self._decode_transition(job, int(rnd or 1), index, key, finish, now)
+            self._decode_transition(job, rnd, index, key, finish, now)
         self.version += 1
 
     def _coded_transition(
@@ -455,10 +454,14 @@ class BaccDiagnostics(SchedulerPlugin):
                 rnd.seen.add(j)
                 rnd.completed = None  # one more block to decode
                 ts = self.scheduler.tasks.get(key)
-                for dep in getattr(ts, "dependencies", ()) or ():
-                    m = _KEY.match(dep.key[0]) if isinstance(dep.key, tuple) else None
-                    if m is not None and m.group(1) in ("eval", "backup"):
-                        rnd.used.add(int(dep.key[1]))
+                deps = list(getattr(ts, "dependencies", ()) or ())
+                while deps:  # the coded results it decodes, directly or through a stack task
+                    dep = deps.pop()
+                    p = parse_key(dep.key)
+                    if p is not None and p.kind in ("eval", "backup"):
+                        rnd.used.add(int(p.index or 0))
+                    elif p is not None and p.kind == "stack":
+                        deps.extend(dep.dependencies)
         elif finish == "memory":
             rnd.done.add(j)
             need = job.K if job.K is not None else len(rnd.seen)
@@ -497,6 +500,13 @@ class BaccDiagnostics(SchedulerPlugin):
                 job.client_gone = True
         elif event == "finish":
             job.report = dict(info)
+            decoded_at = info.get("time_to_decode")
+            if info.get("status") == "finished" and decoded_at is not None:
+                if job.decode_round() is None:  # decoded on the client: no decode tasks
+                    rnd = DecodeRound(job.started + float(decoded_at), [])
+                    rnd.used = {int(i) for i in info.get("returned") or ()}
+                    rnd.completed = rnd.started
+                    job.rounds[max(job.rounds, default=0) + 1] = rnd
             for i, reason in (info.get("failed") or {}).items():
                 t = job.tasks.get(int(i))
                 if t is not None and t.outcome == "landed":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -32,11 +33,13 @@ from distributed import default_client
 
 from .. import config
 from ..codes import Code
+from . import keys
+from .graph import TaskSpec, submit_graph
 from .job import CodedJob
-from .placement import choose_workers, spread_order
+from .placement import choose_workers
 from .submit import _adapt, _build_code, _check_common, _live_workers
 from .wait import WaitPolicy, resolve_wait
-from .worker import encode_task, stale_evals
+from .worker import encode_task, hold
 
 __all__ = ["CodedData", "encode"]
 
@@ -66,34 +69,33 @@ class CodedData:
         self.shares: list[Any] = []
         self._chunks: list[Any] = []  # the input chunks' futures: the shares' lineage
         self._released = False
+        # worker -> (start, future) of earlier calls' stragglers still running there
+        self._held: dict[str, list[tuple[float, Any]]] = {}
         # the previous call, weakly: holding it would keep its output on the cluster
         self._last: weakref.ref[CodedJob] | None = None
 
     async def _launch(self) -> None:
-        client, tok, code = self.client, self.token, self.code
+        """The N share tasks, in one graph, each placed on its worker (loosely: a share
+        lost with its worker is recomputed elsewhere from its spec or the input chunks)."""
+        code = self.code
         if self.blocks.local:
             coded = code.encode(self.blocks.stacked())
             if coded.dtype.kind == "f" and not np.isfinite(coded).all():
                 raise ValueError("encoding overflowed to inf: rescale the data")
-            recipes = [(np.asarray, (coded[i],)) for i in range(code.N)]
+            recipes = [(hold, (coded[i],)) for i in range(code.N)]
         else:
-            self._chunks = await self.blocks.to_futures(client)
+            self._chunks = await self.blocks.to_futures(self.client)
             E = code.encoding_matrix()
             recipes = []
             for i in range(code.N):
                 nz = np.flatnonzero(E[i])
                 recipes.append((encode_task, (E[i, nz], *[self._chunks[j] for j in nz])))
-        shares: dict[int, Any] = {}
-        for i in spread_order(code.N):
-            fn, args = recipes[i]
-            shares[i] = client.submit(
-                fn,
-                *args,
-                key=(f"bacc-encode-{tok}", i),
-                workers=[self.workers[i]],
-                allow_other_workers=True,  # a lost share is recomputed on another worker
-            )
-        self.shares = [shares[i] for i in range(code.N)]
+        specs = [
+            TaskSpec(keys.share_key(self.token, i), fn, args, [self.workers[i]], loose=True)
+            for i, (fn, args) in enumerate(recipes)
+        ]
+        futures = submit_graph(self.client, specs)
+        self.shares = [futures[spec.key] for spec in specs]
 
     # -- user API --------------------------------------------------------------------
     def map(
@@ -200,11 +202,15 @@ class CodedData:
             where.append(self.workers[i] if self.workers[i] in held or not held else held[0])
         busy: set[str] = set()
         if config.get("reroute-busy", True):
-            min_age = parse_timedelta(config.get("reroute-busy-after", "100ms"))
-            stale = await client.run(
-                stale_evals, min_age, workers=sorted(set(where) & live), on_error="return_none"
-            )
-            busy = {a for a, n in stale.items() if n}
+            # known here, with no message: the stragglers of earlier calls still running
+            min_age = float(parse_timedelta(config.get("reroute-busy-after", "100ms")))
+            now = time.perf_counter()
+            for addr, running in list(self._held.items()):
+                running[:] = [(t, f) for t, f in running if f.status == "pending"]
+                if not running:
+                    del self._held[addr]
+                elif any(now - t >= min_age for t, _ in running):
+                    busy.add(addr)
         taken: set[str] = set()
         move = []
         for i, addr in enumerate(where):
@@ -275,9 +281,12 @@ class _SharedJob(CodedJob):
         )
         self.data = data
 
-    async def _launch(self) -> None:
-        for i in spread_order(self.code.N):
-            self._evals[i] = self._submit_eval(i, self.report.workers[i], self.data.shares[i])
+    async def _eval_specs(self, call: Any) -> list[TaskSpec]:
+        return [self._eval_spec(i, self.data.shares[i], call) for i in range(self.code.N)]
+
+    def _holding(self, running: dict[int, Any]) -> None:
+        for i, fut in running.items():
+            self.data._held.setdefault(self.report.workers[i], []).append((self._start, fut))
 
 
 def encode(

@@ -1,4 +1,22 @@
-"""A coded job on Dask distributed: encode, coded eval, first-k wait, decode, cancel."""
+"""A coded job on Dask distributed: the async shell around :class:`~.decide.Decider`.
+
+Cost model (DESIGN.md section 4): a bare futures loop sends one graph, waits on
+``as_completed``, gathers k results and decodes with one matrix product. A coded job adds
+as little as it can to that:
+
+* the N eval tasks go to the scheduler in **one** graph (:func:`.graph.submit_graph`),
+  each strictly pinned to its own worker; in-memory shares travel inside the task specs,
+  data on the cluster is encoded inside the eval task from the input chunks;
+* in-memory output below ``bacc.client-decode-limit`` is decoded **on the client**: one
+  ``gather`` of the k used results and one matrix product; the error-estimate sketches are
+  made from the gathered results. Output that stays on the cluster is decoded by one task
+  (a tiled matrix product near the first result) that also sketches its inputs, plus one
+  task per output block and one small summary task, sent as one graph;
+* the job ends with **one** scheduler round trip (:func:`_job_done`): the scheduler tells
+  the job's workers (``bacc-done`` on their streams, see :mod:`.worker`) and says which
+  stragglers are still running; queued ones are cancelled, running ones are held until
+  they end so the scheduler keeps counting their threads as busy.
+"""
 
 from __future__ import annotations
 
@@ -9,39 +27,82 @@ import itertools
 import re
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from dask._task_spec import TaskRef
 from distributed import as_completed
 
 from .. import config, diagnostics
 from ..codes import Code
 from ..collections import Blocks
 from ..exceptions import InsufficientResults
-from .placement import spread_order
+from . import keys
+from .decide import Decider, Decode, GiveUp
+from .graph import TaskSpec, submit_graph
 from .quality import JobQuality
 from .report import JobReport
 from .wait import WaitPolicy
 from .worker import (
+    DONE_OP,
+    PLUGIN_NAME,
+    BaccWorker,
+    InconsistentResults,
     InvalidInput,
-    decode_task,
-    encode_task,
+    consistent,
+    decoded_block,
+    decoded_info,
+    encode_eval_task,
     eval_task,
     hold,
-    inspect_task,
-    mark_done,
+    spec_of,
+    stack_decode_task,
 )
 
-__all__ = ["CodedJob"]
+__all__ = ["CodedJob", "ensure_worker_plugin"]
 
 _job_seq = itertools.count()
-_running: set[asyncio.Task] = set()  # strong references to the job loops
+_running: set[asyncio.Task] = set()  # strong references to the job loops and clean-ups
+# client -> scheduler address the worker plugin is known to be on
+_worker_plugin: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _has_worker_plugin(dask_scheduler: Any = None) -> bool:
+    return PLUGIN_NAME in dask_scheduler.worker_plugins
+
+
+async def ensure_worker_plugin(client: Any) -> None:
+    """Register dask-bacc's worker plugin once per cluster (checked once per client)."""
+    address = client.scheduler.address
+    if _worker_plugin.get(client) == address:
+        return
+    if not await client.run_on_scheduler(_has_worker_plugin):
+        await client.register_plugin(BaccWorker(), name=PLUGIN_NAME)
+    _worker_plugin[client] = address
+
+
+def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: Any = None) -> list:
+    """On the scheduler: tell ``workers`` that job ``token`` is over (their evals not yet
+    started skip ``func``, injected delays end) and return which of ``keys`` are being
+    processed by a worker (stragglers still running)."""
+    if PLUGIN_NAME in dask_scheduler.worker_plugins:
+        for addr in workers:
+            stream = dask_scheduler.stream_comms.get(addr)
+            if stream is not None:
+                stream.send({"op": DONE_OP, "token": token})
+    running = []
+    for key in keys:
+        ts = dask_scheduler.tasks.get(key)
+        if ts is not None and ts.state == "processing":
+            running.append(key)
+    return running
 
 
 class CodedJob:
@@ -91,30 +152,22 @@ class CodedJob:
             wait_target=policy.target(code),
             workers=list(workers),
         )
+        self.decider = Decider(code, policy, timeout)
         self._start = time.perf_counter()
-        self._call: Any = (args, kwargs)  # or a future of it: see _ship_arguments
         self._evals: dict[int, Any] = {}
+        self._index_of: dict[Any, int] = {}
         self._chunks: list[Any] = []
-        self._stage: list[Any] = []  # inspect and decode futures in flight (empty: waiting)
-        self._stage_used: list[int] = []
-        self._specs: dict[int, tuple[tuple[int, ...], str]] = {}
-        self._inspect_indices: list[int] = []
-        self._inspect: Any = None
-        self._decodes: list[Any] = []
-        self._decode_error: Any = None
-        self._attempt = 0
+        self._values: dict[int, np.ndarray] = {}  # results gathered to the client
+        self._stage: list[Any] = []  # futures of a decode on the cluster in flight
+        self._round = 0
+        self._cause: BaseException | None = None  # the first exception a task raised
         self._output: Any = None
         self._exception: BaseException | None = None
         self._finished = False
         self._cancel_requested = False
         self._done_event = asyncio.Event()
         self._task: asyncio.Task | None = None
-        # loop state: coded tasks not yet finished, and finished valid ones in arrival order
-        self._pending: dict[int, Any] = {}
-        self._usable: list[int] = []
-        self._index_of: dict[Any, int] = {}
         self._ac: as_completed | None = None
-        self._grace_until: float | None = None  # perf_counter time the grace period ends
         self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
 
     # -- user API --------------------------------------------------------------------
@@ -129,8 +182,15 @@ class CodedJob:
         ----------
         timeout : float, optional
             Seconds to wait; raises ``TimeoutError`` after that (the job keeps running).
+            An interrupt (``KeyboardInterrupt``: Ctrl-C, a notebook's stop button)
+            cancels the job.
         """
-        return self.client.sync(self._result, callback_timeout=timeout)
+        try:
+            return self.client.sync(self._result, callback_timeout=timeout)
+        except KeyboardInterrupt:
+            with contextlib.suppress(Exception):
+                self.cancel()
+            raise
 
     def cancel(self) -> None:
         """Stop the job: cancel its tasks; :meth:`result` then raises ``CancelledError``."""
@@ -168,70 +228,95 @@ class CodedJob:
             await self._finish()
 
     # -- submission ---------------------------------------------------------------------
-    def _submit_eval(self, i: int, addr: str, share: Any, name: str = "bacc-eval") -> Any:
-        """Coded task ``i``: ``func`` on ``share``, strictly pinned to worker ``addr``."""
-        return self.client.submit(
-            eval_task,
-            self.token,
-            i,
-            self.seq,
-            self.func,
-            share,
-            self._call,
-            key=(f"{name}-{self.token}", i),
-            workers=[addr],
-            allow_other_workers=False,
-        )
+    @property
+    def decode_here(self) -> bool:
+        """Decode on the client: the output comes here anyway and the k results are small."""
+        if not self.blocks.gather_output:
+            return False
+        from dask.utils import parse_bytes
 
-    async def _launch(self) -> None:
-        """Submit the encode and eval tasks (and the chunk tasks, for data on the cluster)."""
-        client, tok = self.client, self.token
-        if self.blocks.local:
-            # NumPy data is here: one matmul encodes it, and each pinned encode task just
-            # holds its share (kept in the task spec, so a lost share is recomputed)
-            shares = self.code.encode(self.blocks.stacked())
-            if shares.dtype.kind == "f" and not np.isfinite(shares).all():
-                raise ValueError("encoding overflowed to inf: rescale the data")
-            encode = [(np.asarray, (shares[i],)) for i in range(self.code.N)]
-        else:
-            self._chunks = await self.blocks.to_futures(client)
-            E = self.code.encoding_matrix()
-            encode = []
-            for i in range(self.code.N):
-                nz = np.flatnonzero(E[i])
-                encode.append((encode_task, (E[i, nz], *[self._chunks[j] for j in nz])))
-        for i in spread_order(self.code.N):  # see spread_order: who finishes last matters
-            addr = self.report.workers[i]
-            fn, args = encode[i]
-            share = client.submit(
-                fn,
-                *args,
-                key=(f"bacc-encode-{tok}", i),
-                workers=[addr],
-                allow_other_workers=False,
-            )
-            self._evals[i] = self._submit_eval(i, addr, share)
+        limit = parse_bytes(config.get("client-decode-limit", "256 MiB"))
+        share = int(np.prod(self.blocks.block_shape)) * max(self.blocks.dtype.itemsize, 8)
+        return share * self.policy.target(self.code) <= limit
 
-    def _ship_arguments(self) -> None:
-        """Send large ``args``/``kwargs`` (e.g. model weights) once, as one task the eval
-        tasks depend on, instead of once inside each of the N task specs."""
+    def _call_arg(self, tasks: list[TaskSpec]) -> Any:
+        """``(args, kwargs)`` for the eval specs: inline, or (large ones, e.g. model
+        weights) one task in the same graph that every eval depends on."""
         from dask.sizeof import sizeof
         from dask.utils import parse_bytes
 
+        call = (self.args, self.kwargs)
         limit = parse_bytes(config.get("args-inline-limit", "64 kiB"))
-        if (self.args or self.kwargs) and sizeof((self.args, self.kwargs)) > limit:
-            self._call = self.client.submit(
-                hold, (self.args, self.kwargs), key=f"bacc-args-{self.token}"
+        if (self.args or self.kwargs) and sizeof(call) > limit:
+            key = keys.args_key(self.token)
+            tasks.append(TaskSpec(key, hold, (call,)))
+            return TaskRef(key)
+        return call
+
+    def _eval_spec(self, i: int, share: Any, call: Any, backup: bool = False) -> TaskSpec:
+        """Coded task ``i``: ``func`` on ``share``, strictly pinned to its worker."""
+        return TaskSpec(
+            keys.eval_key(self.token, i, backup),
+            eval_task,
+            (self.token, i, self.seq, self.func, share, call),
+            workers=[self.report.workers[i]],
+        )
+
+    async def _eval_specs(self, call: Any) -> list[TaskSpec]:
+        """The N eval tasks (data held here: shares in the specs; on the cluster: each eval
+        encodes its share from the input chunks)."""
+        if self.blocks.local:
+            shares = self.code.encode(self.blocks.stacked())
+            if shares.dtype.kind == "f" and not np.isfinite(shares).all():
+                raise ValueError("encoding overflowed to inf: rescale the data")
+            return [self._eval_spec(i, shares[i], call) for i in range(self.code.N)]
+        self._chunks = await self.blocks.to_futures(self.client)
+        E = self.code.encoding_matrix()
+        specs = []
+        for i in range(self.code.N):
+            nz = np.flatnonzero(E[i])
+            args = (self.token, i, self.seq, self.func, E[i, nz], [self._chunks[j] for j in nz])
+            specs.append(
+                TaskSpec(
+                    keys.eval_key(self.token, i),
+                    encode_eval_task,
+                    (*args, call),
+                    workers=[self.report.workers[i]],
+                )
             )
+        return specs
+
+    def _launch_graph(self, tasks: list[TaskSpec]) -> None:
+        """Submit ``tasks`` as one graph and follow its eval tasks."""
+        futures = submit_graph(self.client, tasks)
+        for key, fut in futures.items():
+            parsed = keys.parse(key)
+            if parsed is not None and parsed.kind in ("eval", "backup"):
+                self._track(int(parsed.index or 0), fut)
+
+    async def _launch(self) -> None:
+        tasks: list[TaskSpec] = []
+        call = self._call_arg(tasks)
+        tasks += await self._eval_specs(call)
+        self._launch_graph(tasks)
 
     async def _submit(self) -> None:
+        await ensure_worker_plugin(self.client)
         self._monitor = await diagnostics.start_job(self)
         with self._monitor.submitting():  # a distributed.span over all the job's tasks
-            self._ship_arguments()
             await self._launch()
             self._task = asyncio.ensure_future(self._run())
         _running.add(self._task)
         self._task.add_done_callback(_running.discard)
+
+    def _track(self, i: int, fut: Any) -> None:
+        """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
+        self._evals[i] = fut
+        self._index_of[fut.key] = i
+        self.decider.launched(i)
+        if self._ac is not None:
+            self._ac.add(fut)
+        self.quality.track(i, fut)  # sketch tasks, only where they cannot be avoided
 
     # -- the loop ------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -256,7 +341,7 @@ class CodedJob:
         self.report.error = "cancelled by the user"
 
     async def _finish(self) -> None:
-        # the result is handed over before the clean-up round trips: nobody waits on them
+        # the result is handed over before the clean-up round trip: nobody waits on it
         stragglers, cancel = self._release()
         self._finished = True
         self._done_event.set()
@@ -264,245 +349,278 @@ class CodedJob:
             self._monitor.finished()  # progress bar, report to the scheduler plugin
         await self._stop_work(stragglers, cancel)
 
-    def _track(self, i: int, fut: Any) -> None:
-        """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
-        self._evals[i] = fut
-        self._pending[i] = fut
-        self._index_of[fut.key] = i
-        if self._ac is not None:
-            self._ac.add(fut)
-        self.quality.track(i, fut)  # its sketch, next to it (approximate codes)
-
     async def _tick(self) -> None:
-        """Called on every turn of the loop; strategies that launch tasks late override it."""
+        """Called on every turn of the loop; launch policies that add tasks override it."""
 
     def _tick_interval(self, poll: float) -> float:
         return poll
 
-    def _after_grace(self, usable: list[int], pending: dict[int, Any]) -> str | None:
-        """The wait target is met: ``"wait"`` once its grace period (if any) is over."""
-        now = time.perf_counter()
-        if self.report.target_met is None:
-            self.report.target_met = now - self._start
-        grace = self.policy.grace_for(self.code)
-        if not grace or not pending or self.code.is_exact(usable):
-            return "wait"
-        if self._grace_until is None:
-            self._grace_until = now + grace * self.report.target_met
-        return "wait" if now >= self._grace_until else None
+    def _sync_report(self) -> None:
+        d, rep = self.decider, self.report
+        rep.arrival, rep.failed = d.arrival, d.failed
+        if d.target_met_at is not None:
+            rep.target_met = d.target_met_at
 
     async def _loop(self) -> Any:
         poll = float(_seconds(config.get("poll-interval", "500ms")))
         tick = self._tick_interval(poll)
-        deadline = None if self.timeout is None else self._start + self.timeout
         self._ac = ac = as_completed(loop=self.client.loop, raise_errors=False)
-        for i, fut in list(self._evals.items()):
-            self._track(i, fut)
-        pending, usable, index_of = self._pending, self._usable, self._index_of
-        last_check = 0.0
-        rep = self.report
-
+        for fut in self._evals.values():
+            ac.add(fut)
+        d = self.decider
+        self._sync_report()
+        idle_since = time.perf_counter()
         while True:
             if self._cancel_requested:
                 raise asyncio.CancelledError
-            if not self._stage:
-                await self._tick()
-                await self.quality.refresh(usable)  # adaptive waiting: re-estimate the error
-            if not self._stage:
-                trigger = None
-                if self.policy.is_met(usable, self.code):
-                    trigger = self._after_grace(usable, pending)
-                    if trigger == "wait":  # until(): met only once every result is in
-                        trigger = getattr(self.policy, "met_trigger", "wait")
-                elif self.quality.target_met(usable):
-                    trigger = "error"
-                elif not pending:
-                    trigger = "exhausted"
-                elif deadline is not None and time.perf_counter() >= deadline:
-                    trigger = "timeout"
-                if trigger is not None:
-                    if not usable or not self.code.can_decode(usable):
-                        raise self._insufficient(usable, pending, trigger)
-                    rep.trigger = trigger
-                    # adversaries=: leave out the results located as corrupted
-                    self._start_stage(await self.quality.screen(usable), ac)
-
+            await self._tick()
+            await self.quality.refresh(d.usable)  # adaptive waiting: re-estimate the error
+            action = d.step(self._elapsed(), error_met=self.quality.target_met(d.usable))
+            if isinstance(action, GiveUp):
+                raise self._insufficient(action)
+            if isinstance(action, Decode):
+                output = await self._decode(action)
+                if output is not _NOTHING:
+                    return output
+                continue  # results were rejected or lost: decide again
             wait_for = tick
-            if not self._stage:
-                for end in (deadline, self._grace_until):
-                    if end is not None:
-                        wait_for = max(0.0, min(wait_for, end - time.perf_counter()))
+            wake = d.wake_in(self._elapsed())
+            if wake is not None:
+                wait_for = min(wait_for, wake)
             try:
                 fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
             except (asyncio.TimeoutError, StopAsyncIteration):
                 fut = None
-
             if fut is not None:
-                if fut.key in index_of:
-                    i = index_of[fut.key]
-                    if i not in pending:
-                        continue  # already written off (worker left) or unexpected repeat
-                    del pending[i]
-                    rep.arrival[i] = self._elapsed()
-                    if fut.status == "finished":
-                        usable.append(i)
-                    else:
-                        reason = await self._reason(fut)
-                        rep.failed[i] = reason
-                    self._monitor.arrived(len(usable))
-                else:
-                    output = await self._stage_event(fut, usable, ac)
-                    if output is not _NOTHING:
-                        return output
-
-            if time.perf_counter() - last_check >= poll:
-                last_check = time.perf_counter()
+                idle_since = time.perf_counter()
+                await self._arrived(fut)
+            elif time.perf_counter() - idle_since >= poll and d.pending:
+                # nothing for a while: check that the pending tasks' workers are still there
+                idle_since = time.perf_counter()
                 await self._check_workers()
 
-    # -- the decode stage: inspect the new results and decode, concurrently ------------
-    def _start_stage(self, usable: list[int], ac: as_completed) -> None:
-        """Submit the decode tasks, and an inspect task for results whose shape is unknown.
-
-        Both run at once: if the inspection finds inconsistent results, the decode is
-        cancelled and redone without them (rare), so the common case costs one hop.
-        """
-        self._attempt += 1
-        used = self._stage_used = list(usable)
-        new = [i for i in used if i not in self._specs]
-        # every decode task needs every used result: run them where the first result is,
-        # so each result crosses the network once (loosely: elsewhere if that worker goes)
-        near = [self.report.workers[used[0]]]
-        self._inspect = None
-        if new:
-            self._inspect = self.client.submit(
-                inspect_task,
-                *[self._evals[i] for i in new],
-                key=(f"bacc-inspect-{self.token}", self._attempt),
-                workers=near,
-                allow_other_workers=True,
-            )
-            self._inspect_indices = new
-        D = self.code.decoding_matrix(used)
-        name = f"bacc-decode-{self.token}" + (f"-r{self._attempt}" if self._attempt > 1 else "")
-        self._decodes = []
-        for j in range(self.code.K):
-            nz = np.flatnonzero(D[j])
-            self._decodes.append(
-                self.client.submit(
-                    decode_task,
-                    D[j, nz],
-                    *[self._evals[used[col]] for col in nz],
-                    key=(name, j),
-                    workers=near,
-                    allow_other_workers=True,
-                )
-            )
-        self._decode_error = None
-        self._stage = ([self._inspect] if self._inspect is not None else []) + self._decodes
-        self.report.straggled = sorted(
-            i for i in self._evals if i not in self.report.arrival and i not in self.report.failed
-        )
-        ac.update(self._stage)
-
-    async def _stage_event(self, fut: Any, usable: list[int], ac: as_completed) -> Any:
-        if not any(fut is f for f in self._stage):
-            return _NOTHING  # from an abandoned stage
-        if fut is self._inspect:
-            if fut.status != "finished":
-                raise await self._stage_failure(fut, "inspect")
-            self._inspect = None
-            specs = await self.client.gather(fut, asynchronous=True)
-            self._specs.update(zip(self._inspect_indices, specs, strict=True))
-            inspected = [i for i in usable if i in self._specs]
-            expected = Counter(self._specs[i] for i in inspected).most_common(1)[0][0]
-            bad = [i for i in inspected if self._specs[i] != expected]
-            if bad:
-                for i in bad:
-                    shape, dtype = self._specs[i]
-                    self.report.failed[i] = (
-                        f"InvalidResult: result shape {shape} dtype {dtype} differs from the "
-                        f"shape {expected[0]} dtype {expected[1]} of the other results"
-                    )
-                    usable.remove(i)
-                decodes, self._stage = self._decodes, []
-                await self.client.cancel(decodes, asynchronous=True)
-                return _NOTHING  # the loop re-checks the wait policy
-        elif fut.status != "finished" and self._decode_error is None:
-            self._decode_error = fut  # maybe from the inconsistent shapes: await the verdict
-        if self._inspect is not None:
-            return _NOTHING
-        if self._decode_error is not None:
-            raise await self._stage_failure(self._decode_error, "decode")
-        if not all(f.status == "finished" for f in self._decodes):
-            return _NOTHING
-        self.report.returned = list(self._stage_used)
-        self.report.late = [i for i in usable if i not in set(self._stage_used)]
-        self.report.slowest_used = max(self.report.arrival[i] for i in self._stage_used)
-        shape, dtype = self._specs[self._stage_used[0]]
-        out_dtype = np.dtype(dtype)
-        if not self.code.keeps_dtype and out_dtype.kind != "f":
-            out_dtype = np.dtype(np.float64)
-        if self.blocks.gather_output:
-            values = await self.client.gather(self._decodes, asynchronous=True)
-            output = self.blocks.assemble(values, shape, out_dtype, self.combine)
-        else:
-            output = self.blocks.assemble(self._decodes, shape, out_dtype, self.combine)
-        await self.quality.finalize(self._stage_used)  # error estimate into the report
-        self.report.time_to_decode = self._elapsed()
-        return output
-
-    async def _stage_failure(self, fut: Any, what: str) -> Exception:
-        exc = await fut.exception(asynchronous=True) if fut.status == "error" else None
-        error = RuntimeError(
-            f"coded job {self.token}: {what} task failed: {_describe(exc) if exc else fut.status}"
-        )
-        error.__cause__ = exc
-        return error
-
-    async def _check_workers(self) -> None:
-        """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
-        pending, usable = self._pending, self._usable
-        info = await self.client.scheduler.identity(n_workers=-1)
-        live = set(info.get("workers", {}))
-        for i in [i for i in pending if self.report.workers[i] not in live]:
-            del pending[i]
-            self.report.failed[i] = f"worker {self.report.workers[i]} left before returning"
-        lost = [i for i in usable if self.report.workers[i] not in live]
-        for i in lost:
-            usable.remove(i)
-            self.report.failed[i] = f"worker {self.report.workers[i]} left holding the result"
-        if lost and self._stage and set(lost) & set(self._stage_used):
-            stage, self._stage = self._stage, []
-            await self.client.cancel(stage, asynchronous=True)
-
-    async def _reason(self, fut: Any) -> str:
-        if fut.status == "error":
+    async def _arrived(self, fut: Any) -> None:
+        i = self._index_of.get(fut.key)
+        if i is None:
+            return
+        d, now = self.decider, self._elapsed()
+        if fut.status == "finished":
+            if not d.landed(i, now):
+                return
+        elif fut.status == "error":
             exc = await fut.exception(asynchronous=True)
             if isinstance(exc, InvalidInput):
                 raise ValueError(str(exc)) from exc
-            return _describe(exc)
-        return f"task {fut.status} (by another client, or its input data was lost)"
+            if self._cause is None:
+                self._cause = exc
+            if not d.erred(i, now, _describe(exc)):
+                return
+        elif not d.erred(
+            i, now, f"task {fut.status} (by another client, or its input data was lost)"
+        ):
+            return
+        self._monitor.arrived(len(d.usable))
 
-    def _insufficient(self, usable: list[int], pending: dict[int, Any], trigger: str) -> Exception:
+    async def _check_workers(self) -> None:
+        """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
+        live = set(await self.client.scheduler.ncores_running())
+        d, workers = self.decider, self.report.workers
+        for i in [i for i in d.pending if workers[i] not in live]:
+            d.lost(i, f"worker {workers[i]} left before returning")
+        for i in [i for i in d.usable if workers[i] not in live and i not in self._values]:
+            if d.lost(i, f"worker {workers[i]} left holding the result"):
+                await self._drop_stage()
+
+    # -- decoding ------------------------------------------------------------------------
+    async def _decode(self, action: Decode) -> Any:
+        self.report.trigger = action.trigger
+        self._sync_report()
+        self.report.straggled = self.decider.straggled()
+        # adversaries=: leave out the results located as corrupted
+        used = await self.quality.screen(action.used)
+        if self.decode_here:
+            output = await self._decode_here(used)
+        else:
+            output = await self._decode_on_cluster(used)
+        if output is _NOTHING:
+            self.decider.decode_abandoned()
+            return _NOTHING
+        rep = self.report
+        rep.returned = list(used)
+        rep.late = [i for i in self.decider.usable if i not in set(used)]
+        rep.slowest_used = max(rep.arrival[i] for i in used)
+        rep.straggled = self.decider.straggled()
+        await self.quality.finalize(used)  # error estimate into the report
+        rep.time_to_decode = self._elapsed()
+        return output
+
+    def _out_dtype(self, dtype: str) -> np.dtype:
+        out = np.dtype(dtype)
+        if not self.code.keeps_dtype and out.kind != "f":
+            out = np.dtype(np.float64)
+        return out
+
+    async def gather_values(self, indices: list[int]) -> None:
+        """Bring the results of ``indices`` to the client (those not here yet); a result
+        whose worker left is written off."""
+        want = {i: self._evals[i] for i in indices if i not in self._values and i in self._evals}
+        if not want:
+            return
+        try:
+            got = await self.client.gather(want, errors="skip", asynchronous=True)
+        except Exception:  # e.g. a worker lost mid-transfer: write off what is missing
+            got = {}
+        for i in want:
+            if i in got and got[i] is not None:
+                self._values[i] = np.asarray(got[i])
+            else:
+                self.decider.lost(i, f"result lost with worker {self.report.workers[i]}")
+
+    def _reject(self, used: list[int], specs: list[tuple[tuple[int, ...], str]]) -> bool:
+        """Write off the results whose shape/dtype differs from the majority; True if any."""
+        expected, bad = consistent(specs)
+        for p in bad:
+            shape, dtype = specs[p]
+            self.decider.rejected(
+                used[p],
+                f"InvalidResult: result shape {shape} dtype {dtype} differs from the "
+                f"shape {expected[0]} dtype {np.dtype(expected[1])} of the other results",
+            )
+        return bool(bad)
+
+    async def _decode_here(self, used: list[int]) -> Any:
+        """One gather of the used results and one matrix product on the client."""
+        await self.gather_values(used)
+        if any(i not in self._values for i in used):
+            return _NOTHING
+        specs = [spec_of(self._values[i]) for i in used]
+        if self._reject(used, specs):
+            return _NOTHING
+        decoded = self.code.decode(np.stack([self._values[i] for i in used]), used)
+        shape, dtype = specs[0]
+        out_dtype = self._out_dtype(dtype)
+        values = list(decoded.astype(out_dtype, copy=False))
+        return self.blocks.assemble(values, shape, out_dtype, self.combine)
+
+    async def _decode_on_cluster(self, used: list[int]) -> Any:
+        """One graph: a decode task next to the first used result (a tiled matrix product
+        over the used results, which also sketches them), one task per output block and a
+        small summary the client gathers for the shapes and the error estimate."""
+        self._round += 1
+        tok, r = self.token, self._round
+        near = [self.report.workers[used[0]]]
+        stack_key = keys.stack_key(tok, r)
+        sketch = self.quality.decode_sketch()
+        D = self.code.decoding_matrix(used)
+        tasks = [
+            TaskSpec(
+                stack_key,
+                stack_decode_task,
+                (D, sketch, *[self._evals[i] for i in used]),
+                workers=near,
+                loose=True,
+                keep=False,
+            ),
+            TaskSpec(keys.info_key(tok, r), decoded_info, (TaskRef(stack_key),), near, True),
+        ]
+        tasks += [
+            TaskSpec(keys.decode_key(tok, j, r), decoded_block, (TaskRef(stack_key), j), near, True)
+            for j in range(self.code.K)
+        ]
+        futures = submit_graph(self.client, tasks)
+        info_fut = futures.pop(keys.info_key(tok, r))
+        blocks = list(futures.values())
+        self._stage = [info_fut, *blocks]
+        self._ac.add(info_fut)  # type: ignore[union-attr]
+        info = await self._await_stage(info_fut, used)
+        if info is _NOTHING:
+            await self._drop_stage()
+            return _NOTHING
+        self._stage = []
+        self.quality.add_sketches(used, info.get("sketches"))
+        shape, dtype = tuple(info["shape"]), info["dtype"]
+        out_dtype = self._out_dtype(dtype)
+        if self.blocks.gather_output:
+            values = await self.client.gather(blocks, asynchronous=True)
+            return self.blocks.assemble(
+                [np.asarray(v).astype(out_dtype, copy=False) for v in values],
+                shape,
+                out_dtype,
+                self.combine,
+            )
+        return self.blocks.assemble(blocks, shape, out_dtype, self.combine)
+
+    async def _await_stage(self, info_fut: Any, used: list[int]) -> Any:
+        """Wait for the decode's summary while following the coded tasks (late results
+        land, workers leave); ``_NOTHING`` when the decode must be redone."""
+        poll = float(_seconds(config.get("poll-interval", "500ms")))
+        ac = self._ac
+        assert ac is not None
+        while True:
+            if self._cancel_requested:
+                raise asyncio.CancelledError
+            try:
+                fut = await asyncio.wait_for(ac.__anext__(), timeout=poll)
+            except (asyncio.TimeoutError, StopAsyncIteration):
+                fut = None
+            if fut is None:
+                await self._check_workers()
+                if self.decider.decoding is None:
+                    return _NOTHING  # a used result was lost with its worker
+                continue
+            if fut.key != info_fut.key:
+                await self._arrived(fut)
+                continue
+            if fut.status == "finished":
+                return await self.client.gather(fut, asynchronous=True)
+            exc = await fut.exception(asynchronous=True) if fut.status == "error" else None
+            if isinstance(exc, InconsistentResults):
+                self._reject(used, exc.specs)
+                return _NOTHING
+            await self._check_workers()
+            if self.decider.decoding is None:
+                return _NOTHING
+            error = RuntimeError(
+                f"coded job {self.token}: decode task failed: "
+                f"{_describe(exc) if exc else fut.status}"
+            )
+            raise error from exc
+
+    async def _drop_stage(self) -> None:
+        stage, self._stage = self._stage, []
+        if stage:
+            with contextlib.suppress(Exception):
+                await self.client.cancel(stage, asynchronous=True)
+
+    def _insufficient(self, action: GiveUp) -> Exception:
         rep, need = self.report, self.policy.target(self.code)
+        self._sync_report()
         # "worker tcp://1.2.3.4:567 left ..." and "ValueError: ..." -> one line per kind
         reasons = Counter(
             re.sub(r"[a-z]+://\S+", "<addr>", r).split(": ")[0] for r in rep.failed.values()
         )
         why = [f"{n} x {r}" for r, n in reasons.most_common()]
-        if pending:
-            why.append(f"{len(pending)} still running at the timeout of {self.timeout}s")
-        return InsufficientResults(
-            f"coded job {self.token}: {len(usable)} usable result(s) of N={self.code.N} "
+        if action.pending:
+            why.append(f"{len(action.pending)} still running at the timeout of {self.timeout}s")
+        exc = InsufficientResults(
+            f"coded job {self.token}: {len(action.usable)} usable result(s) of N={self.code.N} "
             f"arrived, {type(self.code).__name__} needs {need} (at least "
             f"{self.code.min_results} and a decodable set); missing: "
             + ("; ".join(why) or "none")
-            + f" [{trigger}]"
+            + f" [{action.trigger}]"
         )
+        exc.report = rep  # type: ignore[attr-defined]
+        exc.__cause__ = self._cause
+        return exc
+
+    # -- the end ---------------------------------------------------------------------------
+    def _holding(self, running: dict[int, Any]) -> None:
+        """Stragglers still running ``func`` after the job ended (held until they end)."""
 
     def _release(self) -> tuple[dict[int, Any], list[Any]]:
         """Count the stragglers, drop every reference; return the futures left to stop:
         the straggling evals by index, and the job's other unfinished tasks."""
+        self._sync_report()
         stragglers = {i: f for i, f in self._evals.items() if f.status == "pending"}
         self.report.cancelled += len(stragglers)
         cancel = [f for f in self._stage if f.status == "pending"]
@@ -511,59 +629,50 @@ class CodedJob:
         # futures the loop never took out), so the scheduler can forget the job's tasks
         self._ac = None
         self._evals.clear()
-        self._pending.clear()
         self._index_of.clear()
         self._chunks.clear()
-        self._call = None
-        self._stage, self._decodes, self._inspect, self._decode_error = [], [], None, None
+        self._values.clear()
+        self._stage = []
         return stragglers, cancel
 
     async def _stop_work(self, stragglers: dict[int, Any], cancel: list[Any]) -> None:
-        """Tell the job's workers it is over (evals not yet started skip ``func``, injected
-        delays end) and stop the straggling tasks. Best effort: errors are ignored.
+        """Tell the job's workers it is over and stop the straggling tasks, in one
+        scheduler round trip. Best effort: errors are ignored.
 
-        Stragglers still executing ``func`` are not cancelled but left to finish, their
-        results dropped: Python cannot stop their threads, and a cancelled task no longer
-        counts on the scheduler, which would then send new work to a worker whose only
-        thread is still busy (where it would queue behind the straggler).
+        Stragglers already running ``func`` are not cancelled but held until they end,
+        their results dropped: Python cannot stop their threads, and a cancelled task no
+        longer counts on the scheduler, which would then send new work to a worker whose
+        only thread is still busy (where it would queue behind the straggler).
         """
         client = self.client
-        executing: set[int] = set()
+        running: set[Any] = set()
         try:
-            # only live workers: a broadcast to a dead one waits for its connect timeout
-            info = await client.scheduler.identity(n_workers=-1)
-            workers = sorted(set(self.report.workers) & set(info.get("workers", {})))
-            if workers:
-                running = await asyncio.wait_for(
-                    client.run(
-                        mark_done, self.token, workers=workers, on_error="ignore", asynchronous=True
-                    ),
-                    timeout=5,
+            workers = sorted(set(self.report.workers))
+            keys_ = [f.key for f in stragglers.values()]
+            running = set(
+                await asyncio.wait_for(
+                    client.run_on_scheduler(_job_done, self.token, workers, keys_), timeout=5
                 )
-                executing = {
-                    i
-                    for addr, indices in running.items()
-                    for i in indices or ()
-                    if self.report.workers[i] == addr
-                }
+            )
         except Exception:  # best effort: without the answer every straggler is cancelled
             pass
-        cancel = cancel + [f for i, f in stragglers.items() if i not in executing]
+        cancel = cancel + [f for f in stragglers.values() if f.key not in running]
         if cancel:
             with contextlib.suppress(Exception):
                 await client.cancel(cancel, asynchronous=True, reason="bacc: not needed")
-        running = [f for i, f in stragglers.items() if i in executing]
-        if running:
-            task = asyncio.ensure_future(_drop_when_done(running))
+        held = [f for f in stragglers.values() if f.key in running]
+        self._holding({i: f for i, f in stragglers.items() if f.key in running})
+        if held:
+            task = asyncio.ensure_future(_drop_when_done(held, client))
             _running.add(task)
             task.add_done_callback(_running.discard)
 
 
-async def _drop_when_done(futures: list[Any]) -> None:
+async def _drop_when_done(futures: list[Any], client: Any) -> None:
     """Hold running stragglers until they finish (so the scheduler still sees their worker
     busy), then drop their results."""
     with contextlib.suppress(Exception):
-        async for _ in as_completed(futures):
+        async for _ in as_completed(futures, loop=client.loop, raise_errors=False):
             pass
     futures.clear()
 
@@ -572,10 +681,10 @@ class _Nothing:
     pass
 
 
-_NOTHING = _Nothing()
+_NOTHING: Any = _Nothing()
 
 
 def _seconds(value: Any) -> float:
     from dask.utils import parse_timedelta
 
-    return parse_timedelta(value, default="s")
+    return float(parse_timedelta(value, default="s"))

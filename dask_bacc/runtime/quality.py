@@ -28,8 +28,9 @@ import numpy as np
 
 from .. import config
 from ..codes import BerrutCode, Code
-from ..codes.estimate import ErrorEstimate, estimate_error
+from ..codes.estimate import ErrorEstimate, count_sketch, estimate_error
 from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
+from . import keys
 from .wait import FirstK, UntilError, WaitPolicy
 from .worker import sketch_task
 
@@ -80,9 +81,18 @@ class JobQuality:
         return not self.code.exact and bool(config.get("accuracy.estimate", True))
 
     # -- sketches ------------------------------------------------------------------------
+    @property
+    def remote(self) -> bool:
+        """Sketches are needed before the decode while the results stay on the cluster
+        (adaptive or robust jobs decoding there): one small sketch task per result.
+        Otherwise they are made from the gathered results on the client, or by the
+        decode task on the cluster, with no task of their own."""
+        job = self.job
+        return self.enabled and (self.adaptive or bool(self.adversaries)) and not job.decode_here
+
     def track(self, i: int, fut: Any) -> None:
-        """Submit the sketch of coded result ``i`` next to it (no-op when not needed)."""
-        if not self.enabled or i in self._futures or i >= self.code.N:
+        """Submit the sketch of coded result ``i`` next to it (only when :attr:`remote`)."""
+        if not self.remote or i in self._futures or i >= self.code.N:
             return
         job = self.job
         sk = job.client.submit(
@@ -90,7 +100,7 @@ class JobQuality:
             fut,
             self.size,
             self.seed,
-            key=(f"bacc-sketch-{job.token}", i),
+            key=keys.sketch_key(job.token, i),
             workers=[job.report.workers[i]],
             allow_other_workers=True,
         )
@@ -98,8 +108,26 @@ class JobQuality:
         if self.adaptive and job._ac is not None:
             job._ac.add(sk)  # wake the loop when it lands: the estimate may now be met
 
+    def decode_sketch(self) -> tuple[int, int] | None:
+        """``(size, seed)`` for a decode task on the cluster to sketch its inputs with."""
+        return (self.size, self.seed) if self.enabled else None
+
+    def add_sketches(self, indices: list[int], sketches: Any) -> None:
+        """Sketches made elsewhere (by a decode task on the cluster)."""
+        if sketches is None:
+            return
+        for i, sk in zip(indices, sketches, strict=True):
+            self._sketches.setdefault(i, None if sk is None else np.asarray(sk))
+
     async def _fetch(self, indices: list[int], wait: bool) -> None:
         """Bring the sketches of ``indices`` to the client (only finished ones unless ``wait``)."""
+        job = self.job
+        if job.decode_here:  # the results come here anyway: sketch them on the client
+            await job.gather_values([i for i in indices if i not in self._sketches])
+            for i in indices:
+                if i not in self._sketches and i in job._values:
+                    self._sketches[i] = count_sketch(job._values[i], self.size, self.seed)
+            return
         want = {
             i: self._futures[i]
             for i in indices

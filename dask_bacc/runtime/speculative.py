@@ -152,42 +152,59 @@ class SpeculativeJob(CodedJob):
         self.report.code = {"name": "speculative", "K": K, **asdict(speculation)}
         self.report.N = K
         self._launched_at: dict[int, float] = {}
+        self._local: list[Any] | None = None
+        self._call: Any = None
 
     def _tick_interval(self, poll: float) -> float:
         return min(poll, self.speculation.interval)
 
+    def _block(self, j: int) -> Any:
+        """Block j for an eval spec: the array itself when held here, else its future."""
+        return self._local[j] if self._local is not None else self._chunks[j]
+
     async def _launch(self) -> None:
-        self._chunks = await self.blocks.to_futures(self.client)
-        for j in range(self.code.K):
-            self._evals[j] = self._submit_eval(j, self.report.workers[j], self._chunks[j])
-            self._launched_at[j] = self._elapsed()
+        from .graph import TaskSpec
+
+        tasks: list[TaskSpec] = []
+        self._call = self._call_arg(tasks)
+        if self.blocks.local:
+            self._local = list(self.blocks.stacked())
+        else:
+            self._chunks = await self.blocks.to_futures(self.client)
+        tasks += [self._eval_spec(j, self._block(j), self._call) for j in range(self.code.K)]
+        self._launch_graph(tasks)
+        self._launched_at = dict.fromkeys(range(self.code.K), self._elapsed())
 
     async def _tick(self) -> None:
-        K, rep = self.code.K, self.report
-        covered = {i % K for i in self._usable}
-        losers = [i for i in self._pending if i % K in covered]
+        K, rep, d = self.code.K, self.report, self.decider
+        covered = {i % K for i in d.usable}
+        losers = [i for i in d.pending if i % K in covered]
         if losers:  # the other copy won: stop this one
-            futures = [self._pending.pop(i) for i in losers]
+            futures = []
+            for i in losers:
+                d.withdraw(i)
+                futures.append(self._evals[i])
             rep.cancelled += len(futures)
             await self.client.cancel(futures, asynchronous=True, reason="bacc: other copy won")
         now = self._elapsed()
-        durations = [rep.arrival[i] - self._launched_at[i] for i in self._usable]
+        durations = [d.arrival[i] - self._launched_at[i] for i in d.usable]
         threshold = self.speculation.threshold(K, durations)
         wanted = []
         for j in range(K):
             if j in covered or K + j in self._evals:
                 continue  # done, or already backed up (one backup per block)
-            running = j in self._pending
+            running = j in d.pending
             if not running or (threshold is not None and now - self._launched_at[j] > threshold):
                 wanted.append(j)  # slow, or its only copy failed: back it up now
         if wanted:
             await self._back_up(wanted)
 
     async def _back_up(self, blocks: list[int]) -> None:
-        """Launch backups of ``blocks`` on workers not running a copy of this job's tasks."""
+        """Launch backups of ``blocks`` (one graph) on workers not running a copy of this
+        job's tasks."""
         K, rep = self.code.K, self.report
         info = await self.client.scheduler.identity(n_workers=-1)
-        busy = {rep.workers[i] for i in self._pending}
+        busy = {rep.workers[i] for i in self.decider.pending}
         free = {
             a: w
             for a, w in info.get("workers", {}).items()
@@ -196,6 +213,7 @@ class SpeculativeJob(CodedJob):
         if not free:
             return  # every worker runs a copy; try again at the next tick
         ordered = choose_workers(free, len(free))  # least busy first, hosts interleaved
+        specs = []
         for j in blocks:
             # not where this block's first copy ran (it may have failed or be stuck there)
             addr = next((a for a in ordered if a != rep.workers[j]), None)
@@ -207,7 +225,8 @@ class SpeculativeJob(CodedJob):
             rep.backups.append(i)
             rep.N += 1
             self._launched_at[i] = self._elapsed()
-            self._track(i, self._submit_eval(i, addr, self._chunks[j], name="bacc-backup"))
+            specs.append(self._eval_spec(i, self._block(j), self._call, backup=True))
+        self._launch_graph(specs)
 
 
 def speculative_placement(workers: dict[str, Any], K: int) -> list[str]:

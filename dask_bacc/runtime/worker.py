@@ -1,10 +1,15 @@
-"""Functions that run on the workers: encode, coded eval, inspect and decode tasks.
+"""The worker side: dask-bacc's ``WorkerPlugin`` (per-worker state) and the task functions.
+
+:class:`BaccWorker` is registered once per cluster (``ensure_worker_plugin``, on a client's
+first coded job). Each worker's instance holds a :class:`WorkerState`: the tokens of jobs
+that need no more results and the evals executing there. A job that decodes tells its
+workers in one scheduler round trip (``runtime.job``): the scheduler sends ``bacc-done`` on
+each worker's stream, the plugin marks the token, evals that start afterwards return at
+once and injected straggler delays end. Task functions find their worker's state through
+:func:`state` (a process-wide fallback outside a worker, e.g. when tests call them).
 
 Kept free of client-side state so they pickle by reference; dask-bacc must be installed
-on the workers. The registry of finished jobs is per worker process: ``mark_done`` is
-broadcast with ``Client.run`` when a job decodes or is cancelled, and eval tasks that start
-afterwards return at once; injected straggler delays wait on the same event, so they end
-as soon as the job no longer needs them.
+on the workers.
 """
 
 from __future__ import annotations
@@ -12,35 +17,47 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from distributed.diagnostics.plugin import WorkerPlugin
 
+from .. import config
 from ..exceptions import InvalidResult
 
 __all__ = [
+    "PLUGIN_NAME",
+    "BaccWorker",
+    "Decoded",
+    "InconsistentResults",
     "InvalidInput",
+    "WorkerState",
     "cancelled",
+    "check_result",
     "decode_task",
+    "decoded_block",
+    "decoded_info",
+    "encode_eval_task",
     "encode_task",
     "eval_task",
     "hold",
-    "inspect_task",
     "is_done",
     "mark_done",
+    "matmul_tiled",
     "sketch_task",
+    "stack_decode_task",
+    "state",
     "wait_done",
+    "weighted_sum",
 ]
 
+PLUGIN_NAME = "bacc-worker"
 STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
+#: the op the scheduler sends on a worker's stream when a job needs no more results
+DONE_OP = "bacc-done"
 
-_lock = threading.Lock()
-_done: OrderedDict[str, threading.Event] = OrderedDict()
-_MAX_TOKENS = 4096
-# (worker address, job token, index) of the evals executing in this process -> their
-# start times; keyed by worker too, as in-process clusters share one module
-_running: dict[tuple[str | None, str, int], list[float]] = {}
 _current = threading.local()  # the job token of the eval task this thread runs
 
 
@@ -48,54 +65,144 @@ class InvalidInput(ValueError):
     """The input chunks cannot be encoded (NaN/inf or non-numeric data found on a worker)."""
 
 
-def _event(token: str) -> threading.Event:
-    with _lock:
-        ev = _done.get(token)
-        if ev is None:
-            ev = _done[token] = threading.Event()
-            while len(_done) > _MAX_TOKENS:
-                _done.popitem(last=False)
-        return ev
+class InconsistentResults(InvalidResult):
+    """Results of a decode on the cluster whose shape or dtype differs from the others'.
+
+    ``bad`` holds their positions among the decode's inputs, ``specs`` every input's
+    ``(shape, dtype)``, so the job can write them off and decode again without them.
+    """
+
+    def __init__(self, message: str, bad: list[int], specs: list[tuple[tuple[int, ...], str]]):
+        super().__init__(message)
+        self.bad = list(bad)
+        self.specs = list(specs)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (str(self), self.bad, self.specs))
 
 
-def _address(worker: Any = None) -> str | None:
-    """The address of ``worker``, or of the worker running this task (None outside one)."""
-    if worker is None:
-        from distributed import get_worker
+class WorkerState:
+    """Thread-safe per-worker registry: finished job tokens (bounded) and running evals."""
 
-        try:
-            worker = get_worker()
-        except ValueError:
-            return None
-    return worker.address
+    def __init__(self, max_tokens: int | None = None):
+        self.max_tokens = int(max_tokens or config.get("done-tokens", 4096))
+        self._lock = threading.Lock()
+        self._done: OrderedDict[str, threading.Event] = OrderedDict()
+        self._running: dict[tuple[str, int], list[float]] = {}
+
+    def _event(self, token: str) -> threading.Event:
+        with self._lock:
+            ev = self._done.get(token)
+            if ev is None:
+                ev = self._done[token] = threading.Event()
+                while len(self._done) > self.max_tokens:
+                    self._done.popitem(last=False)
+            return ev
+
+    def mark_done(self, token: str) -> None:
+        """Job ``token`` needs no more coded results from this worker."""
+        self._event(token).set()
+
+    def is_done(self, token: str) -> bool:
+        with self._lock:
+            ev = self._done.get(token)
+        return ev is not None and ev.is_set()
+
+    def wait_done(self, token: str, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early when job ``token`` is done."""
+        if timeout <= 0:
+            return self.is_done(token)
+        return self._event(token).wait(timeout)
+
+    def started(self, token: str, index: int) -> float:
+        start = time.perf_counter()
+        with self._lock:
+            self._running.setdefault((token, index), []).append(start)
+        return start
+
+    def ended(self, token: str, index: int, start: float) -> None:
+        with self._lock:
+            starts = self._running[(token, index)]
+            starts.remove(start)
+            if not starts:
+                del self._running[(token, index)]
+
+    def running(self, token: str) -> list[int]:
+        """Indices of job ``token``'s evals executing here."""
+        with self._lock:
+            return sorted(i for (t, i) in self._running if t == token)
+
+    def stale(self, min_age: float = 0.0) -> int:
+        """Evals of finished jobs executing here for ``min_age`` seconds or more."""
+        now = time.perf_counter()
+        with self._lock:
+            ages = [(t, now - s) for (t, _), starts in self._running.items() for s in starts]
+        return sum(1 for t, age in ages if age >= min_age and self.is_done(t))
+
+
+_process_state = WorkerState()  # outside a worker (task functions called directly)
+
+
+@dataclass
+class BaccWorker(WorkerPlugin):
+    """dask-bacc's worker plugin: this worker's :class:`WorkerState`, and the ``bacc-done``
+    stream handler through which the scheduler marks finished jobs."""
+
+    name: str = PLUGIN_NAME
+    state: WorkerState = field(default_factory=WorkerState, repr=False)
+
+    def setup(self, worker: Any) -> None:
+        self.state = WorkerState()  # one per worker, even when the plugin object is shared
+        worker.stream_handlers[DONE_OP] = self._done
+
+    def teardown(self, worker: Any) -> None:
+        worker.stream_handlers.pop(DONE_OP, None)
+
+    def _done(self, token: str = "", **_: Any) -> None:
+        self.state.mark_done(token)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.name = state["name"]
+        self.state = WorkerState()
+
+
+def _worker(dask_worker: Any = None) -> Any:
+    if dask_worker is not None:
+        return dask_worker
+    from distributed import get_worker
+
+    try:
+        return get_worker()
+    except ValueError:
+        return None
+
+
+def state(dask_worker: Any = None) -> WorkerState:
+    """The :class:`WorkerState` of ``dask_worker`` (default: the worker running this task),
+    or the process-wide one outside a worker or before the plugin is registered."""
+    worker = _worker(dask_worker)
+    plugin = None if worker is None else worker.plugins.get(PLUGIN_NAME)
+    return plugin.state if isinstance(plugin, BaccWorker) else _process_state
 
 
 def mark_done(token: str, dask_worker: Any = None) -> list[int]:
-    """Record on this worker that job ``token`` needs no more coded results.
-
-    Returns the indices of the job's eval tasks still executing on this worker
-    (``dask_worker``, passed by ``Client.run``; every worker of the process without it):
-    their threads stay busy until ``func`` returns, so the job keeps them visible to the
-    scheduler.
-    """
-    _event(token).set()
-    here = None if dask_worker is None else dask_worker.address
-    with _lock:
-        return sorted(i for (a, t, i) in _running if t == token and here in (None, a))
+    """Mark job ``token`` done on this worker; return its evals still executing here."""
+    st = state(dask_worker)
+    st.mark_done(token)
+    return st.running(token)
 
 
 def is_done(token: str) -> bool:
     """Whether job ``token`` has decoded or been cancelled (as far as this worker knows)."""
-    with _lock:
-        ev = _done.get(token)
-    return ev is not None and ev.is_set()
+    return state().is_done(token)
 
 
 def wait_done(token: str, timeout: float) -> bool:
     """Sleep up to ``timeout`` seconds, waking early when job ``token`` is done."""
-    if timeout <= 0:
-        return is_done(token)
-    return _event(token).wait(timeout)
+    return state().wait_done(token, timeout)
 
 
 def cancelled() -> bool:
@@ -111,55 +218,50 @@ def cancelled() -> bool:
     return token is not None and is_done(token)
 
 
+def stale_evals(min_age: float = 0.0, dask_worker: Any = None) -> int:
+    """Eval tasks of finished jobs executing on this worker for ``min_age`` seconds or
+    more: stragglers whose ``func`` has not returned yet (each holds a thread)."""
+    return state(dask_worker).stale(min_age)
+
+
 def hold(value: Any) -> Any:
-    """A task that holds ``value`` (in its spec, so it is recomputable): e.g. the arguments
-    every eval task of a job shares, shipped once."""
+    """A task that holds ``value`` (in its spec, so it is recomputable)."""
     return value
 
 
-def stale_evals(min_age: float = 0.0, dask_worker: Any = None) -> int:
-    """Eval tasks of finished jobs that have been executing on this worker for ``min_age``
-    seconds or more: stragglers whose ``func`` has not returned yet (each holds a thread
-    until it does). Younger ones are about to end, like most late results.
-
-    ``dask_worker`` (passed by ``Client.run``) restricts the count to that worker; without
-    it every worker of this process counts.
-    """
-    now = time.perf_counter()
-    here = None if dask_worker is None else dask_worker.address
-    with _lock:
-        running = [
-            (t, now - start)
-            for (a, t, _), starts in _running.items()
-            if here in (None, a)
-            for start in starts
-        ]
-    return sum(1 for t, age in running if age >= min_age and is_done(t))
+# -- the arithmetic -------------------------------------------------------------------------
+def _float_dtype(arrays: Sequence[np.ndarray]) -> np.dtype:
+    dtype = np.result_type(*arrays)
+    return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
-def weighted_sum(weights: np.ndarray, arrays: tuple[Any, ...], tile: int = 1 << 16) -> np.ndarray:
-    """``sum_l weights[l] * arrays[l]`` for equal-shape arrays, without stacking them.
+def matmul_tiled(weights: np.ndarray, arrays: Sequence[Any], tile: int = 1 << 16) -> np.ndarray:
+    """``weights @ stack(arrays)`` for equal-shape arrays, without stacking them.
 
-    Copies column tiles of the inputs into one small reused ``(L, tile)`` buffer and calls
-    BLAS on each tile: about 2-3x faster than ``np.stack`` + ``tensordot`` on large
-    blocks, with the same result. Float dtypes are kept; other numbers become float64.
+    ``weights`` is (R, L) for L arrays; the result is (R, *shape). Column tiles of the
+    inputs are copied into one small reused (L, tile) buffer and BLAS runs on each tile,
+    so memory beyond the output is L x tile numbers. Float dtypes are kept; other numbers
+    become float64.
     """
     arrs = [np.asarray(a) for a in arrays]
-    dtype = np.result_type(*arrs)
-    if dtype.kind != "f":
-        dtype = np.dtype(np.float64)
+    dtype = _float_dtype(arrs)
+    W = np.asarray(weights, dtype=dtype)
     flat = [a.reshape(-1) for a in arrs]
     n = flat[0].size
-    out = np.empty(n, dtype=dtype)
-    w = np.asarray(weights, dtype=dtype)
+    out = np.empty((W.shape[0], n), dtype=dtype)
     buf = np.empty((len(flat), max(1, min(tile, n))), dtype=dtype)
     for start in range(0, n, tile):
         stop = min(start + tile, n)
         block = buf[:, : stop - start]
         for row, f in enumerate(flat):
             block[row] = f[start:stop]
-        np.dot(w, block, out=out[start:stop])
-    return out.reshape(arrs[0].shape)
+        np.matmul(W, block, out=out[:, start:stop])
+    return out.reshape((W.shape[0], *arrs[0].shape))
+
+
+def weighted_sum(weights: np.ndarray, arrays: Sequence[Any], tile: int = 1 << 16) -> np.ndarray:
+    """``sum_l weights[l] * arrays[l]`` for equal-shape arrays (:func:`matmul_tiled`)."""
+    return matmul_tiled(np.asarray(weights)[None, :], arrays, tile)[0]
 
 
 def encode_task(weights: np.ndarray, *chunks: np.ndarray) -> np.ndarray:
@@ -175,6 +277,7 @@ def encode_task(weights: np.ndarray, *chunks: np.ndarray) -> np.ndarray:
     return share
 
 
+# -- the coded tasks ------------------------------------------------------------------------
 def eval_task(
     token: str,
     index: int,
@@ -190,25 +293,35 @@ def eval_task(
     plugin (see :mod:`dask_bacc.stragglers`) may add a delay, which ends early when the job
     is done.
     """
-    if is_done(token):
+    st = state()
+    if st.is_done(token):
         return None
-    start = time.perf_counter()
-    key = (_address(), token, index)
-    with _lock:
-        _running.setdefault(key, []).append(start)
+    start = st.started(token, index)
     _current.token = token
     args, kwargs = call
     try:
         out = func(share, *args, **kwargs)
-        straggle(index, seq, start, lambda delay: wait_done(token, delay))
+        straggle(index, seq, start, lambda delay: st.wait_done(token, delay))
     finally:
         _current.token = None
-        with _lock:
-            starts = _running[key]
-            starts.remove(start)
-            if not starts:
-                del _running[key]
+        st.ended(token, index, start)
     return check_result(out)
+
+
+def encode_eval_task(
+    token: str,
+    index: int,
+    seq: int,
+    func: Callable[..., Any],
+    weights: np.ndarray,
+    chunks: list[np.ndarray],
+    call: tuple[tuple, dict],
+) -> np.ndarray | None:
+    """Encode share ``index`` from the input chunks it mixes, then :func:`eval_task` on it
+    (data on the cluster: one task per coded share, no separate encode task)."""
+    if state().is_done(token):
+        return None
+    return eval_task(token, index, seq, func, encode_task(weights, *chunks), call)
 
 
 def straggle(index: int, seq: int, start: float, sleep: Callable[[float], Any]) -> None:
@@ -230,11 +343,8 @@ def straggle(index: int, seq: int, start: float, sleep: Callable[[float], Any]) 
 
 def straggler_plugin() -> tuple[Any, str]:
     """This worker's straggler plugin (or None) and the worker's name."""
-    try:
-        from distributed import get_worker
-
-        worker = get_worker()
-    except ValueError:  # not on a worker (e.g. a test calling the task directly)
+    worker = _worker()
+    if worker is None:  # not on a worker (e.g. a test calling the task directly)
         return None, ""
     return worker.plugins.get(STRAGGLER_PLUGIN_NAME), str(worker.name)
 
@@ -253,22 +363,79 @@ def check_result(out: Any) -> np.ndarray:
     return arr
 
 
-def inspect_task(*results: np.ndarray) -> list[tuple[tuple[int, ...], str]]:
-    """Shape and dtype of each result, so the client can drop inconsistent ones."""
-    return [(tuple(np.shape(r)), np.asarray(r).dtype.str) for r in results]
+def spec_of(result: Any) -> tuple[tuple[int, ...], str]:
+    """``(shape, dtype.str)`` of a result."""
+    arr = np.asarray(result)
+    return tuple(int(s) for s in arr.shape), arr.dtype.str
+
+
+def consistent(specs: Sequence[tuple[tuple[int, ...], str]]) -> tuple[Any, list[int]]:
+    """The majority ``(shape, dtype)`` and the positions that differ from it."""
+    from collections import Counter
+
+    expected = Counter(specs).most_common(1)[0][0]
+    return expected, [p for p, s in enumerate(specs) if s != expected]
 
 
 def sketch_task(result: np.ndarray | None, size: int, seed: int) -> np.ndarray | None:
     """A norm-preserving linear sketch of one coded result (``codes.estimate.count_sketch``).
 
-    Runs next to the result; only ``size`` numbers go to the client, which estimates the
-    decoding error and screens for corrupted results from the sketches.
+    Used only by adaptive (``until``) and robust (``adversaries=``) jobs whose results stay
+    on the cluster: they need sketches before the decode.
     """
     if result is None:  # the eval returned at once: its job had already decoded
         return None
     from ..codes.estimate import count_sketch
 
     return count_sketch(result, size, seed)
+
+
+@dataclass
+class Decoded:
+    """What a decode on the cluster holds: the K decoded blocks and a small summary."""
+
+    blocks: np.ndarray
+    info: dict[str, Any]
+
+
+def stack_decode_task(
+    D: np.ndarray, sketch: tuple[int, int] | None, *results: np.ndarray
+) -> Decoded:
+    """All K decoded blocks from the used results: one tiled matrix product ``D @ results``.
+
+    Checks first that the results agree in shape and dtype (``InconsistentResults``
+    otherwise), and sketches each result when ``sketch = (size, seed)`` is given, so the
+    client estimates the error from :func:`decoded_info` without a task per result.
+    """
+    specs = [spec_of(r) for r in results]
+    expected, bad = consistent(specs)
+    if bad:
+        raise InconsistentResults(
+            f"{len(bad)} result(s) differ from the shape {expected[0]} dtype {expected[1]} "
+            "of the others",
+            bad,
+            specs,
+        )
+    dtype = np.dtype(expected[1])
+    blocks = matmul_tiled(D, results)
+    if dtype.kind != "f" and np.all(D == np.round(D)):
+        blocks = blocks.astype(dtype)  # exact copies (repetition): keep integer dtypes
+    sketches = None
+    if sketch is not None:
+        from ..codes.estimate import count_sketch
+
+        sketches = [count_sketch(r, sketch[0], sketch[1]) for r in results]
+    return Decoded(blocks, {"shape": expected[0], "dtype": expected[1], "sketches": sketches})
+
+
+def decoded_block(decoded: Decoded, j: int) -> np.ndarray:
+    """Output block ``j`` of a cluster decode (a copy, so it does not pin the others)."""
+    return np.array(decoded.blocks[j])
+
+
+def decoded_info(decoded: Decoded) -> dict[str, Any]:
+    """The small summary of a cluster decode the client gathers."""
+    return decoded.info
 
 
 def decode_task(weights: np.ndarray, *results: np.ndarray) -> np.ndarray:

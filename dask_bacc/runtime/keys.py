@@ -1,0 +1,112 @@
+"""Every ``bacc-*`` task key, built and parsed in one place.
+
+Keys are ``(f"bacc-<kind>-<token>", index)`` tuples (or a plain string for one-off tasks)
+with a 32-digit hex token, so the dashboard's task stream groups a job's tasks by prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "KINDS",
+    "ParsedKey",
+    "args_key",
+    "chunk_name",
+    "decode_key",
+    "driver_key",
+    "eval_key",
+    "info_key",
+    "parse",
+    "share_key",
+    "sketch_key",
+    "stack_key",
+]
+
+#: eval: coded task i; backup: speculative copy of block i - K; decode: output block j of
+#: decode round r; stack: the K blocks of a cluster decode (one task); info: its shapes,
+#: dtypes and sketches; encode: a share kept by ``CodedData``; sketch: a result's sketch
+#: (adaptive or robust jobs on the cluster); args: func's large arguments; chunk: an
+#: in-memory block shipped to the cluster; driver: the task running a rewritten collection
+KINDS = (
+    "eval",
+    "backup",
+    "decode",
+    "stack",
+    "info",
+    "encode",
+    "sketch",
+    "args",
+    "chunk",
+    "driver",
+)
+_KEY = re.compile(r"^bacc-(" + "|".join(KINDS) + r")-([0-9a-f]{32})(?:-r(\d+))?$")
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    """What a ``bacc-*`` key names: its kind, its job's token, its index and decode round."""
+
+    kind: str
+    token: str
+    index: int | None = None
+    round: int = 1
+
+
+def _name(kind: str, token: str, round: int = 1) -> str:
+    return f"bacc-{kind}-{token}" + (f"-r{round}" if round > 1 else "")
+
+
+def eval_key(token: str, i: int, backup: bool = False) -> tuple[str, int]:
+    """Coded task ``i`` (a speculative backup: ``backup=True``)."""
+    return (_name("backup" if backup else "eval", token), i)
+
+
+def decode_key(token: str, j: int, round: int = 1) -> tuple[str, int]:
+    """Decoded output block ``j`` of decode round ``round`` (a redo after bad results)."""
+    return (_name("decode", token, round), j)
+
+
+def stack_key(token: str, round: int = 1) -> tuple[str, int]:
+    """The task holding all K decoded blocks of a decode on the cluster."""
+    return (_name("stack", token, round), 0)
+
+
+def info_key(token: str, round: int = 1) -> tuple[str, int]:
+    """The small summary (shapes, dtypes, sketches) of a decode on the cluster."""
+    return (_name("info", token, round), 0)
+
+
+def share_key(token: str, i: int) -> tuple[str, int]:
+    """Coded share ``i`` kept on the cluster by ``CodedData``."""
+    return (_name("encode", token), i)
+
+
+def sketch_key(token: str, i: int) -> tuple[str, int]:
+    return (_name("sketch", token), i)
+
+
+def args_key(token: str) -> str:
+    return _name("args", token)
+
+
+def chunk_name(token: str) -> str:
+    return _name("chunk", token)
+
+
+def driver_key(token: str) -> str:
+    return _name("driver", token)
+
+
+def parse(key: Any) -> ParsedKey | None:
+    """The parts of a ``bacc-*`` key, or None for any other key."""
+    name, index = (key[0], key[1]) if isinstance(key, tuple) and len(key) == 2 else (key, None)
+    if not isinstance(name, str) or not name.startswith("bacc-"):
+        return None
+    m = _KEY.match(name)
+    if m is None:
+        return None
+    kind, token, rnd = m.groups()
+    return ParsedKey(kind, token, None if index is None else int(index), int(rnd or 1))

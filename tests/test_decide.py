@@ -1,0 +1,180 @@
+"""The decision core, without a cluster: every wait policy, failures, timeouts, grace."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dask_bacc.codes import get_code
+from dask_bacc.runtime.decide import Decider, Decode, GiveUp
+from dask_bacc.runtime.wait import FirstK, UntilError, resolve_wait
+
+
+def launched(code, policy, timeout=None):
+    d = Decider(code, policy, timeout)
+    for i in range(code.N):
+        d.launched(i)
+    return d
+
+
+def test_first_k_decodes_at_the_kth_result_and_lists_the_stragglers():
+    code = get_code("berrut", 4, 8)
+    d = launched(code, FirstK(6))
+    for t, i in enumerate([3, 0, 7, 1, 5]):
+        d.landed(i, t)
+        assert d.step(t) is None
+    d.landed(2, 5.0)
+    action = d.step(5.0)
+    assert action == Decode([3, 0, 7, 1, 5, 2], "wait")
+    assert d.straggled() == [4, 6]
+    assert d.step(6.0) is None  # one decode at a time
+    d.decode_abandoned()
+    assert isinstance(d.step(6.0), Decode)
+
+
+def test_grace_period_waits_then_decodes_or_ends_when_all_arrived():
+    code = get_code("berrut", 2, 4)
+    d = launched(code, FirstK(2, grace=0.5))
+    d.landed(0, 1.0)
+    d.landed(1, 2.0)
+    assert d.step(2.0) is None  # target met at t=2: grace until 3
+    assert d.wake_in(2.0) == pytest.approx(1.0)
+    d.landed(2, 2.5)
+    assert d.step(2.5) is None
+    assert d.step(3.0) == Decode([0, 1, 2], "wait")
+    # every task answered: the grace period ends at once
+    d2 = launched(code, FirstK(2, grace=10.0))
+    for i in range(4):
+        d2.landed(i, 1.0)
+    assert d2.step(1.0) == Decode([0, 1, 2, 3], "wait")
+
+
+def test_exact_codes_have_no_grace():
+    code = get_code("repetition", 2, 4)
+    d = launched(code, resolve_wait(None, code))
+    d.landed(0, 1.0)
+    d.landed(3, 1.0)
+    assert d.step(1.0) == Decode([0, 3], "wait")
+
+
+def test_failures_exhaust_and_give_up_with_the_reasons():
+    code = get_code("lagrange", 3, 6, degree=2)  # needs 5
+    d = launched(code, resolve_wait(None, code))
+    for i in range(4):
+        d.landed(i, 1.0)
+    d.erred(4, 1.0, "ZeroDivisionError: boom")
+    assert d.step(1.0) is None  # one still pending
+    assert d.lost(5, "worker left") is False
+    action = d.step(2.0)
+    assert isinstance(action, GiveUp) and action.trigger == "exhausted"
+    assert d.failed == {4: "ZeroDivisionError: boom", 5: "worker left"}
+
+
+def test_exhausted_decodes_from_what_arrived_when_it_can():
+    code = get_code("berrut", 4, 8)
+    d = launched(code, FirstK(8))
+    for i in range(5):
+        d.landed(i, 1.0)
+    for i in range(5, 8):
+        d.erred(i, 1.0, "InvalidResult: NaN")
+    assert d.step(1.0) == Decode([0, 1, 2, 3, 4], "exhausted")
+
+
+def test_timeout_decodes_or_gives_up():
+    code = get_code("berrut", 4, 8)
+    d = launched(code, FirstK(8), timeout=5.0)
+    d.landed(2, 1.0)
+    assert d.step(4.9) is None
+    assert d.wake_in(4.0) == pytest.approx(1.0)
+    assert d.step(5.0) == Decode([2], "timeout")
+    d = launched(code, FirstK(8), timeout=5.0)
+    action = d.step(5.0)
+    assert isinstance(action, GiveUp) and action.trigger == "timeout"
+    assert action.pending == list(range(8))
+
+
+def test_until_error_and_all():
+    code = get_code("berrut", 4, 8)
+    policy = UntilError(0.01)
+    d = launched(code, policy)
+    for i in range(5):
+        d.landed(i, 1.0)
+    assert d.step(1.0) is None
+    assert d.step(1.0, error_met=True) == Decode([0, 1, 2, 3, 4], "error")
+    d = launched(code, policy)
+    for i in range(8):
+        d.landed(i, 1.0)
+    assert d.step(1.0) == Decode(list(range(8)), "all")
+
+
+def test_a_lost_result_abandons_the_decode_that_used_it():
+    code = get_code("berrut", 2, 4)
+    d = launched(code, FirstK(2))
+    d.landed(0, 1.0)
+    d.landed(1, 1.0)
+    assert d.step(1.0) == Decode([0, 1], "wait")
+    assert d.lost(1, "worker left holding the result") is True
+    assert d.step(1.0) is None  # target no longer met
+    d.landed(2, 2.0)
+    assert d.step(2.0) == Decode([0, 2], "wait")
+    d.rejected(2, "InvalidResult: shape")
+    assert d.failed[2] == "InvalidResult: shape" and d.usable == [0]
+
+
+def test_landing_twice_or_after_a_write_off_is_ignored():
+    code = get_code("berrut", 2, 4)
+    d = launched(code, FirstK(3))
+    assert d.landed(0, 1.0) and not d.landed(0, 2.0)
+    d.lost(1, "worker left")
+    assert not d.landed(1, 3.0) and d.usable == [0]
+    d.withdraw(2)
+    assert 2 not in d.pending and 2 not in d.failed
+
+
+events = st.lists(
+    st.tuples(st.sampled_from(["land", "fail", "lose"]), st.integers(0, 11)), max_size=40
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=events,
+    code_name=st.sampled_from(["berrut", "systematic-berrut", "repetition", "lagrange"]),
+    wait=st.integers(1, 12),
+)
+def test_any_event_order_ends_in_one_sound_action(events, code_name, wait):
+    K, N = 4, 12
+    code = get_code(code_name, K, N)
+    policy = resolve_wait(min(max(wait, code.min_results), N), code)
+    d = launched(code, policy)
+    now = 0.0
+    decoded = None
+    for kind, i in events:
+        now += 1.0
+        if kind == "land":
+            d.landed(i, now)
+        elif kind == "fail":
+            d.erred(i, now, "x")
+        else:
+            d.lost(i, "gone")
+        # invariants: a task is in at most one of pending, usable, failed
+        assert not set(d.pending) & set(d.usable)
+        assert not set(d.usable) & set(d.failed)
+        assert len(d.usable) == len(set(d.usable))
+        action = d.step(now)
+        if isinstance(action, Decode):
+            assert code.can_decode(action.used)
+            assert set(action.used) <= set(range(N)) and not set(action.used) & set(d.failed)
+            assert action.trigger in ("wait", "exhausted")
+            decoded = action
+            break
+        if isinstance(action, GiveUp):
+            assert not d.pending  # only once nothing more can arrive (no timeout set)
+            assert not code.can_decode(d.usable)
+            break
+    else:
+        if not d.pending:  # nothing more can arrive: the core always acts
+            assert d.step(now) is not None
+    if decoded is not None and decoded.trigger == "wait":
+        assert policy.is_met(decoded.used, code)
