@@ -72,3 +72,44 @@ def test_insufficient_results_sync(client):
 
     with pytest.raises(dask_bacc.InsufficientResults, match=r"0 usable result.*RuntimeError"):
         dask_bacc.map_coded(always_fails, np.ones((6, 2)), n_blocks=3)
+
+
+def block_everywhere(x, event_name):
+    Event(event_name).wait()
+    return np.tanh(x)
+
+
+def test_an_interrupted_result_cancels_the_job(client, monkeypatch):
+    """Ctrl-C (or a notebook's stop button) in result() cancels the job, nothing runs on."""
+    X = np.ones((12, 2))
+    release = Event("sync-interrupt")
+    job = dask_bacc.submit_coded(block_everywhere, X, "sync-interrupt", n_blocks=3)
+    real_sync = client.sync
+
+    def interrupted(func, *args, **kwargs):
+        if getattr(func, "__name__", "") == "_result":
+            raise KeyboardInterrupt  # as the signal arrives while result() waits
+        return real_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(client, "sync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        job.result()
+    monkeypatch.undo()
+    assert job.done() and job.report.status == "cancelled"
+    with pytest.raises(concurrent.futures.CancelledError):
+        job.result()
+    release.set()
+
+
+def wrong_keyword(x, *, scale):
+    return x * scale
+
+
+def test_insufficient_results_shows_the_cause_and_the_report(client):
+    X = np.ones((12, 2))
+    with pytest.raises(dask_bacc.InsufficientResults) as info:
+        dask_bacc.map_coded(wrong_keyword, X, n_blocks=3, scal=2.0)  # a typo reaching func
+    err = info.value
+    assert isinstance(err.__cause__, TypeError) and "scal" in str(err.__cause__)
+    assert err.report.status == "error" and len(err.report.failed) == err.report.N
+    assert all("TypeError" in r for r in err.report.failed.values())

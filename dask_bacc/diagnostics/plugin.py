@@ -546,7 +546,11 @@ class BaccDiagnostics(SchedulerPlugin):
         if job.report is not None:
             job.outcome = _OUTCOME.get(str(job.report.get("status")), "error")
         else:
-            job.outcome = "decoded" if job.decode_round() is not None else "abandoned"
+            # no word from the client: a decode task seen, or (for jobs decoded on the
+            # client, which leave no task) the results it needed all landed
+            landed = sum(t.outcome == "landed" for t in job.tasks.values())
+            enough = job.needed is not None and landed >= job.needed
+            job.outcome = "decoded" if job.decode_round() is not None or enough else "abandoned"
         self.jobs_total[(job.code or "unknown", job.outcome)] += 1
         c = job.counts()
         for outcome in TASK_OUTCOMES:

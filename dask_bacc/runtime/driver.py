@@ -23,7 +23,7 @@ from ..diagnostics.monitor import _jsonable
 from ..exceptions import RewriteError
 from .quality import check_adversaries
 from .report import JobReport
-from .submit import _check_common, submit_coded
+from .submit import AVOID_WORKERS, _check_common, submit_coded
 from .wait import WaitPolicy
 
 __all__ = ["coded", "report_of", "rewrite_reports"]
@@ -188,6 +188,9 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str
     from distributed import get_client, get_worker, secede
 
     client = get_client()
+    # no coded task of this job on this worker: a straggler there would hold the thread
+    # the collection's output chunks (which read this task's result, here) need
+    avoid = AVOID_WORKERS.set((get_worker().address,))
     # give this worker's thread to the job's tasks, and never take it back: rejoining
     # (as worker_client() does on exit) waits for a free thread, i.e. for a straggler
     # still running here, and the decoded blocks would wait for it
@@ -207,6 +210,7 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str
             **options,
             **call.kwargs,
         )
+        AVOID_WORKERS.reset(avoid)
         try:
             out = job.result()
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import math
 import numbers
 from collections.abc import Callable
@@ -20,6 +21,13 @@ from .speculative import Speculation, SpeculativeJob, speculative_placement
 from .wait import WaitPolicy, resolve_wait
 
 __all__ = ["map_coded", "submit_coded"]
+
+#: workers a coded job started from this context must not run coded tasks on: the rewrite's
+#: driver sets its own worker, so that no straggler of its job holds the thread the output
+#: chunks (on the driver's worker, with its result) need
+AVOID_WORKERS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "bacc_avoid_workers", default=()
+)
 
 
 def default_n_coded(code_name: str, K: int, n_workers: int, options: dict[str, Any]) -> int:
@@ -124,6 +132,7 @@ async def _submit(
     labels: dict[str, Any],
     progress: bool | None = None,
     adversaries: int = 0,
+    avoid: tuple[str, ...] = (),
 ) -> CodedJob:
     workers, n_workers = await _live_workers(client)
     if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
@@ -163,19 +172,36 @@ async def _submit(
         policy = resolve_wait(wait, coder)
         if adversaries:  # before anything is submitted: N and wait must allow locating them
             policy = robust_policy(coder, policy, wait is not None, adversaries)
-        placement = choose_workers(
-            workers,
-            coder.N,
-            spread_hosts=bool(config.get("spread-hosts", True)),
-            oversubscribe=str(config.get("oversubscribe", "raise")),
-        )
+        placement, skip = _place(workers, coder.N, avoid)
         job = CodedJob(
             client, coder, data_blocks, func, args, kwargs, policy, timeout, combine, placement
         )
+        job.skip = skip
     job.progress = progress
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()
     return job
+
+
+def _place(
+    workers: dict[str, Any], n: int, avoid: tuple[str, ...]
+) -> tuple[list[str], dict[int, str]]:
+    """One worker per coded task, off the ``avoid`` workers when the others suffice; else
+    the tasks placed on them are not launched (returned with the reason)."""
+    options = {
+        "spread_hosts": bool(config.get("spread-hosts", True)),
+        "oversubscribe": str(config.get("oversubscribe", "raise")),
+    }
+    others = {a: w for a, w in workers.items() if a not in avoid}
+    if avoid and len(others) >= n:
+        return choose_workers(others, n, **options), {}
+    placement = choose_workers(workers, n, **options)
+    skip = {
+        i: f"not launched: worker {a} runs this job's driver task (its thread must stay free)"
+        for i, a in enumerate(placement)
+        if a in avoid
+    }
+    return placement, skip
 
 
 def submit_coded(
@@ -228,6 +254,7 @@ def submit_coded(
         {"meta": meta, "columns": columns, "dim": dim},
         progress=progress,
         adversaries=adversaries,
+        avoid=AVOID_WORKERS.get(),
     )
 
 
