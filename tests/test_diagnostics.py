@@ -289,13 +289,18 @@ async def test_history_is_bounded(c, s, *workers):
 
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_job_tasks_are_grouped_under_a_span(c, s, *workers):
-    job = await dask_bacc.submit_coded(np.tanh, np.ones((8, 2)), n_blocks=4, client=c)
-    await job
+    import dask.array as da
+
+    # a dask array: its output stays on the cluster, so the decode runs there as tasks
+    x = da.from_array(np.ones((8, 2)), chunks=(2, 2))
+    job = await dask_bacc.submit_coded(np.tanh, x, client=c)
+    await c.compute(await job)
     stats = await closed_job(s, job.token)
     span = s.extensions["spans"].spans[stats["span_id"]]
     assert span.name == ("bacc", "tanh")
     groups = {tg.name for tg in span.groups}
     assert {f"bacc-eval-{job.token}", f"bacc-decode-{job.token}"} <= groups
+    assert {f"bacc-stack-{job.token}", f"bacc-info-{job.token}"} <= groups
 
 
 @gen_cluster(client=True, nthreads=EIGHT)

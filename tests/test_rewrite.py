@@ -123,53 +123,44 @@ def _driver_worker(z, workers):
     return addr
 
 
-@gen_cluster(client=True, nthreads=EIGHT)
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * (N + 1))
 async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
-    """N = the number of workers: the coded task placed on the driver's worker is not
-    launched, so the output chunks (read from the driver's result, on its worker) never
-    wait for a straggler; the result comes while the stragglers are still blocked."""
+    """No coded task of the job runs on the driver's worker, so the output chunks (read
+    from the driver's result, on that worker) never queue behind a straggler: the result
+    comes while the stragglers are still blocked."""
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
     release = Event("rw-beside-driver", client=c)
-    gated = workers[:2]
-    y = x.map_blocks(
-        gated_on_names,
-        W,
-        {str(w.name) for w in gated},
-        "rw-beside-driver",
-        chunks=(4, 2),
-        dtype=float,
-    )
-    z = dask_bacc.coded(y, n_coded=N, wait=N - 3)
+    y = x.map_blocks(gated_share, W, slow_shares(X), "rw-beside-driver", chunks=(4, 2), dtype=float)
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
     persisted = c.persist(z)
     out = await asyncio.wait_for(c.compute(persisted), 60)
     driver_addr = _driver_worker(z, workers)
     rep = await dask_bacc.report_of(z, client=c)
-    skipped = [i for i, r in rep.failed.items() if "runs this job's driver" in r]
-    assert [rep.workers[i] for i in skipped] == [driver_addr]
-    # at least one gated straggler (not on the driver's worker) is still blocked in f
-    still = [w for w in gated if w.address != driver_addr and w.state.executing_count == 1]
-    assert still
-    assert all(rep.workers[i] != driver_addr for i in rep.returned)
+    assert driver_addr not in rep.workers
+    assert sorted(rep.straggled) == SLOW
+    # the stragglers are still blocked in f on their own workers
+    blocked = {w.address for w in workers if w.state.executing_count == 1}
+    assert {rep.workers[i] for i in SLOW} <= blocked
     np.testing.assert_allclose(out, expected_berrut(X, W, rep.returned), rtol=1e-12, atol=1e-12)
     await release.set()
 
 
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 10)
-async def test_the_driver_worker_gets_no_coded_task_when_others_suffice(c, s, *workers):
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_the_default_n_leaves_the_drivers_worker_out(c, s, *workers):
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
-    z = dask_bacc.coded(
-        x.map_blocks(gated_on_names, W, set(), "unused", chunks=(4, 2), dtype=float),
-        n_coded=N,
-    )
-    persisted = c.persist(z)
-    out = await c.compute(persisted)
+    z = dask_bacc.coded(x.map_blocks(gated_share, W, [], "unused", chunks=(4, 2), dtype=float))
+    out = await c.compute(c.persist(z))
     driver_addr = _driver_worker(z, workers)
     rep = await dask_bacc.report_of(z, client=c)
-    assert driver_addr not in rep.workers and len(set(rep.workers)) == N
-    assert rep.failed == {}
-    np.testing.assert_allclose(out, expected_berrut(X, W, rep.returned), rtol=1e-12, atol=1e-12)
+    assert rep.N == len(workers) - 1  # 2K = 8 capped by the workers other than the driver's
+    assert driver_addr not in rep.workers and len(set(rep.workers)) == rep.N
+    code = BerrutCode(K, rep.N)
+    shares = code.encode(np.stack(np.split(X, K)))
+    results = np.stack([np.tanh(shares[i] @ W) for i in rep.returned])
+    expected = np.concatenate(code.decode(results, rep.returned))
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
 
 
 def corrupt_share(block, bad_share):

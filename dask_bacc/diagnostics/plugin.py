@@ -430,7 +430,9 @@ class BaccDiagnostics(SchedulerPlugin):
             t.released = None
         elif finish == "released":
             t.released = now
+            self._let_go(job, t, now)
         elif finish == "forgotten":
+            self._let_go(job, t, now)
             if t.outcome not in _TERMINAL:
                 t.ended = t.released or now
                 # its worker left (the task, or the share it waited for, went with it)
@@ -439,6 +441,16 @@ class BaccDiagnostics(SchedulerPlugin):
                 else:
                     t.outcome = "cancelled"
             self._maybe_close(job, now)
+
+    def _let_go(self, job: JobStats, t: TaskTrack, now: float) -> None:
+        """A landed result was let go before the client said anything: a job decoded on
+        the client (no decode task) drops its results as soon as it has decoded."""
+        if t.outcome != "landed" or job.report is not None or job.rounds:
+            return
+        pending = sorted(i for i, x in job.tasks.items() if x.outcome not in _TERMINAL)
+        rnd = job.rounds[1] = DecodeRound(now, pending)
+        rnd.used = {i for i, x in job.tasks.items() if x.outcome == "landed"}
+        rnd.completed = now
 
     def _decode_transition(
         self, job: JobStats, r: int, j: int, key: Any, finish: str, now: float
@@ -503,7 +515,7 @@ class BaccDiagnostics(SchedulerPlugin):
             decoded_at = info.get("time_to_decode")
             if info.get("status") == "finished" and decoded_at is not None:
                 if job.decode_round() is None:  # decoded on the client: no decode tasks
-                    rnd = DecodeRound(job.started + float(decoded_at), [])
+                    rnd = DecodeRound(min(job.started + float(decoded_at), now), [])
                     rnd.used = {int(i) for i in info.get("returned") or ()}
                     rnd.completed = rnd.started
                     job.rounds[max(job.rounds, default=0) + 1] = rnd

@@ -118,8 +118,6 @@ class CodedJob:
     _monitor: Any = None  # diagnostics.JobMonitor, from _submit on
     #: corrupted results to locate and exclude before decoding; ``submit_coded`` sets it
     adversaries: int = 0
-    #: coded tasks not to launch, with the reason (``submit_coded`` sets it: see ``_place``)
-    skip: dict[int, str] = {}
 
     def __init__(
         self,
@@ -290,10 +288,6 @@ class CodedJob:
 
     def _launch_graph(self, tasks: list[TaskSpec]) -> None:
         """Submit ``tasks`` as one graph and follow its eval tasks."""
-        for i, reason in self.skip.items():
-            self.decider.launched(i)
-            self.decider.erred(i, 0.0, reason)
-        tasks = [t for t in tasks if not _skipped(t.key, self.skip)]
         futures = submit_graph(self.client, tasks)
         for key, fut in futures.items():
             parsed = keys.parse(key)
@@ -672,11 +666,6 @@ class CodedJob:
             task = asyncio.ensure_future(_drop_when_done(held, client))
             _running.add(task)
             task.add_done_callback(_running.discard)
-
-
-def _skipped(key: Any, skip: dict[int, str]) -> bool:
-    parsed = keys.parse(key)
-    return parsed is not None and parsed.kind == "eval" and parsed.index in skip
 
 
 async def _drop_when_done(futures: list[Any], client: Any) -> None:

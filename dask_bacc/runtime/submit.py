@@ -168,40 +168,31 @@ async def _submit(
         if adversaries and n_coded is None and isinstance(code, str):
             default = default_n_coded(code.lower(), data_blocks.K, n_workers, code_options)
             n_coded = robust_n_coded(data_blocks.K, adversaries, n_workers, default)
-        coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
+        spare = max(n_workers - len(set(avoid) & set(workers)), 1)  # default N: off `avoid`
+        coder = _build_code(code, data_blocks.K, n_coded, spare, code_options)
         policy = resolve_wait(wait, coder)
         if adversaries:  # before anything is submitted: N and wait must allow locating them
             policy = robust_policy(coder, policy, wait is not None, adversaries)
-        placement, skip = _place(workers, coder.N, avoid)
+        placement = _place(workers, coder.N, avoid)
         job = CodedJob(
             client, coder, data_blocks, func, args, kwargs, policy, timeout, combine, placement
         )
-        job.skip = skip
     job.progress = progress
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()
     return job
 
 
-def _place(
-    workers: dict[str, Any], n: int, avoid: tuple[str, ...]
-) -> tuple[list[str], dict[int, str]]:
-    """One worker per coded task, off the ``avoid`` workers when the others suffice; else
-    the tasks placed on them are not launched (returned with the reason)."""
+def _place(workers: dict[str, Any], n: int, avoid: tuple[str, ...]) -> list[str]:
+    """One worker per coded task, off the ``avoid`` workers when the others suffice."""
     options = {
         "spread_hosts": bool(config.get("spread-hosts", True)),
         "oversubscribe": str(config.get("oversubscribe", "raise")),
     }
     others = {a: w for a, w in workers.items() if a not in avoid}
     if avoid and len(others) >= n:
-        return choose_workers(others, n, **options), {}
-    placement = choose_workers(workers, n, **options)
-    skip = {
-        i: f"not launched: worker {a} runs this job's driver task (its thread must stay free)"
-        for i, a in enumerate(placement)
-        if a in avoid
-    }
-    return placement, skip
+        return choose_workers(others, n, **options)
+    return choose_workers(workers, n, **options)  # N = every worker: none can be spared
 
 
 def submit_coded(
