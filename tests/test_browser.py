@@ -95,7 +95,9 @@ def browser_test(chromium, tmp_path):
         rng = np.random.default_rng(0)
         X, W = rng.standard_normal((50, 6)), rng.standard_normal((6, 3))
         slow = {str(w.name) for w in workers[:3]}
-        await dask_bacc.map_coded(np.tanh, X, n_blocks=5, code="repetition", client=c)
+        # uncoded: every task is needed (none cancelled), so the totals below are the
+        # gated job's
+        await dask_bacc.map_coded(np.tanh, X, n_blocks=5, code="uncoded", client=c)
         job = await dask_bacc.submit_coded(
             predict, X, W, slow, "release-browser", n_blocks=5, n_coded=10, wait=7, client=c
         )

@@ -5,12 +5,12 @@ then three methods of the :class:`JobMonitor` it gets back: :meth:`~JobMonitor.s
 around the submission of its tasks (a ``distributed.span``, and the start message to the
 scheduler), :meth:`~JobMonitor.arrived` on each result, and :meth:`~JobMonitor.finished`
 once it decoded, failed or was cancelled. Nothing here may slow the job down or make it
-fail: messages to the scheduler go in the background and their errors are logged.
+fail: messages to the scheduler go on the client's batched stream (no round trip) and
+their errors are logged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -30,7 +30,6 @@ logger = logging.getLogger(__name__)
 
 # client -> scheduler address the plugin was registered with (None: registration failed)
 _registered: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
-_background: set[asyncio.Future] = set()  # strong references to the message sends
 
 
 def _enabled() -> bool:
@@ -109,7 +108,6 @@ class JobMonitor:
         self.send = send
         self.bar: ProgressBar | None = ProgressBar(report) if progress else None
         self.span_id: str | None = None
-        self._start: asyncio.Future | None = None
 
     @contextlib.contextmanager
     def submitting(self) -> Iterator[None]:
@@ -130,7 +128,7 @@ class JobMonitor:
                         "client": getattr(self.client, "id", None),
                         "span_id": span_id,
                     }
-                    self._start = self._post("start", info)
+                    self._post("start", info)
                 yield
         except BaseException as exc:
             if self.bar is not None:
@@ -138,7 +136,7 @@ class JobMonitor:
                 self.bar.closed = True
             if self.send:  # so the scheduler does not list it as running forever
                 error = f"{type(exc).__name__}: {exc}"
-                self._post("finish", {"status": "error", "error": error}, after=self._start)
+                self._post("finish", {"status": "error", "error": error})
             raise
 
     def arrived(self, usable: int) -> None:
@@ -154,26 +152,21 @@ class JobMonitor:
             info = self.report.to_dict()
             for key in ("workers", "arrival", "code", "func", "token"):
                 info.pop(key, None)  # known to the scheduler already, or large
-            self._post("finish", info, after=self._start)
+            self._post("finish", info)
 
-    def _post(self, event: str, info: dict[str, Any], after: Any = None) -> asyncio.Future:
-        client, token = self.client, self.token
-
-        async def send() -> None:
-            if after is not None:  # the start message first
-                await asyncio.gather(after, return_exceptions=True)
-            try:
-                handler = getattr(client.scheduler, HANDLER)
-                await handler(event=event, token=token, info=_jsonable(info))
-            except Exception as exc:
-                # e.g. a scheduler restarted without the plugin: register again next time
-                _registered.pop(client, None)
-                logger.debug("dask-bacc: job %s message %r not delivered: %s", token, event, exc)
-
-        fut = asyncio.ensure_future(send())
-        _background.add(fut)
-        fut.add_done_callback(_background.discard)
-        return fut
+    def _post(self, event: str, info: dict[str, Any]) -> None:
+        """Send ``bacc_job`` on the client's batched stream to the scheduler: no round trip,
+        and ordered with the job's graph, so the plugin hears of a job before its tasks."""
+        try:
+            # Client has no public API for a message on its stream: this one call is it
+            # (tests/test_diagnostics.py checks that the plugin receives it)
+            self.client._send_to_scheduler(
+                {"op": HANDLER, "event": event, "token": self.token, "info": _jsonable(info)}
+            )
+        except Exception as exc:
+            # e.g. a scheduler restarted without the plugin: register again next time
+            _registered.pop(self.client, None)
+            logger.debug("dask-bacc: job %s message %r not sent: %s", self.token, event, exc)
 
 
 async def start_job(job: Any) -> JobMonitor:

@@ -356,6 +356,8 @@ class BaccDiagnostics(SchedulerPlugin):
         if self.history is None:
             self.history = int(config.get("diagnostics.history", 100))
         scheduler.handlers[HANDLER] = self.handle_job
+        # the same on the clients' batched streams: ordered with their update-graph messages
+        scheduler.stream_handlers[HANDLER] = self._stream_job
         _plugins[:] = [r for r in _plugins if r() is not None and not r().closed]
         _plugins.append(weakref.ref(self))
         install_metrics()
@@ -368,6 +370,8 @@ class BaccDiagnostics(SchedulerPlugin):
         if self.scheduler is not None:
             if self.scheduler.handlers.get(HANDLER) == self.handle_job:
                 del self.scheduler.handlers[HANDLER]
+            if self.scheduler.stream_handlers.get(HANDLER) == self._stream_job:
+                del self.scheduler.stream_handlers[HANDLER]
             uninstall_routes(self.scheduler)
 
     # -- transitions ----------------------------------------------------------------------
@@ -484,6 +488,9 @@ class BaccDiagnostics(SchedulerPlugin):
             rnd.erred = True
 
     # -- client messages -------------------------------------------------------------------
+    def _stream_job(self, event: str, token: str, info: dict[str, Any], **_: Any) -> None:
+        self.handle_job(event=event, token=token, info=info)
+
     def handle_job(self, event: str, token: str, info: dict[str, Any]) -> None:
         """Scheduler handler ``bacc_job``: a client reports a job's start or its end.
 
