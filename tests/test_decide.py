@@ -178,3 +178,22 @@ def test_any_event_order_ends_in_one_sound_action(events, code_name, wait):
             assert d.step(now) is not None
     if decoded is not None and decoded.trigger == "wait":
         assert policy.is_met(decoded.used, code)
+
+
+def test_plan_backups_is_the_speculative_rule():
+    from dask_bacc.runtime.launch import plan_backups
+    from dask_bacc.runtime.speculative import Speculation
+
+    rule = Speculation.spark(min_runtime=0.0)  # 3x the median once 90% of K finished
+    K = 4
+    launched = dict.fromkeys(range(K), 0.0)
+    arrival = {1: 1.0, 2: 1.0, 3: 1.0}
+    # three of four done in 1 s: block 0 is backed up once it has run more than 3 s
+    assert plan_backups(K, rule, [1, 2, 3], [0], launched, arrival, 2.9) == ([], [])
+    assert plan_backups(K, rule, [1, 2, 3], [0], launched, arrival, 3.1) == ([], [0])
+    # too few finished to arm the rule, but a failed block (no copy running) at once
+    assert plan_backups(K, rule, [1], [0, 2], launched, {1: 1.0}, 10.0) == ([], [3])
+    # backed up already: not again; the first copy to land makes the other a loser
+    launched[K + 0] = 3.1
+    arrival[K + 0] = 3.5
+    assert plan_backups(K, rule, [1, 2, 3, K + 0], [0], launched, arrival, 4.0) == ([0], [])

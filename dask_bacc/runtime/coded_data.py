@@ -36,6 +36,7 @@ from ..codes import Code
 from . import keys
 from .graph import TaskSpec, submit_graph
 from .job import CodedJob
+from .launch import SharedLaunch
 from .placement import choose_workers
 from .submit import _adapt, _build_code, _check_common, _live_workers
 from .wait import WaitPolicy, resolve_wait
@@ -171,8 +172,9 @@ class CodedData:
             # its clean-up marks its stragglers stale on their workers: see _placement
             await asyncio.wait({last._task})
         placement, rerouted = await self._placement()
-        job = _SharedJob(
-            self,
+        job = CodedJob(
+            self.client,
+            self.code,
             blocks,
             func,
             args,
@@ -181,6 +183,7 @@ class CodedData:
             None if timeout is None else float(timeout),
             combine,
             placement,
+            launch=SharedLaunch(self),
         )
         job.report.rerouted = rerouted
         await job._submit()
@@ -260,33 +263,6 @@ class CodedData:
             f"<CodedData {self.code.name} K={self.code.K} N={self.code.N} "
             f"{self.blocks.kind} {state} token={self.token}>"
         )
-
-
-class _SharedJob(CodedJob):
-    """A coded job whose eval tasks read the shares of a :class:`CodedData`."""
-
-    def __init__(self, data: CodedData, blocks: Any, *args: Any):
-        func, fargs, kwargs, policy, timeout, combine, placement = args
-        super().__init__(
-            data.client,
-            data.code,
-            blocks,
-            func,
-            fargs,
-            kwargs,
-            policy,
-            timeout,
-            combine,
-            placement,
-        )
-        self.data = data
-
-    async def _eval_specs(self, call: Any) -> list[TaskSpec]:
-        return [self._eval_spec(i, self.data.shares[i], call) for i in range(self.code.N)]
-
-    def _holding(self, running: dict[int, Any]) -> None:
-        for i, fut in running.items():
-            self.data._held.setdefault(self.report.workers[i], []).append((self._start, fut))
 
 
 def encode(

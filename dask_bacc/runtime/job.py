@@ -43,6 +43,7 @@ from ..exceptions import InsufficientResults
 from . import keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
+from .launch import CodedLaunch, Launch
 from .quality import JobQuality
 from .report import JobReport
 from .wait import WaitPolicy
@@ -55,7 +56,6 @@ from .worker import (
     consistent,
     decoded_block,
     decoded_info,
-    encode_eval_task,
     eval_task,
     hold,
     spec_of,
@@ -131,8 +131,12 @@ class CodedJob:
         timeout: float | None,
         combine: str,
         workers: list[str],
+        launch: Launch | None = None,
     ):
         self.client = client
+        self.launch = launch if launch is not None else CodedLaunch()
+        #: coded task index -> its worker (speculative backups are added as they launch)
+        self.workers: dict[int, str] = dict(enumerate(workers))
         self.code = code
         self.blocks = blocks
         self.func = blocks.wrap(func, args, kwargs)  # what runs on a coded share
@@ -253,38 +257,14 @@ class CodedJob:
             return TaskRef(key)
         return call
 
-    def _eval_spec(self, i: int, share: Any, call: Any, backup: bool = False) -> TaskSpec:
+    def eval_spec(self, i: int, share: Any, call: Any, backup: bool = False) -> TaskSpec:
         """Coded task ``i``: ``func`` on ``share``, strictly pinned to its worker."""
         return TaskSpec(
             keys.eval_key(self.token, i, backup),
             eval_task,
             (self.token, i, self.seq, self.func, share, call),
-            workers=[self.report.workers[i]],
+            workers=[self.workers[i]],
         )
-
-    async def _eval_specs(self, call: Any) -> list[TaskSpec]:
-        """The N eval tasks (data held here: shares in the specs; on the cluster: each eval
-        encodes its share from the input chunks)."""
-        if self.blocks.local:
-            shares = self.code.encode(self.blocks.stacked())
-            if shares.dtype.kind == "f" and not np.isfinite(shares).all():
-                raise ValueError("encoding overflowed to inf: rescale the data")
-            return [self._eval_spec(i, shares[i], call) for i in range(self.code.N)]
-        self._chunks = await self.blocks.to_futures(self.client)
-        E = self.code.encoding_matrix()
-        specs = []
-        for i in range(self.code.N):
-            nz = np.flatnonzero(E[i])
-            args = (self.token, i, self.seq, self.func, E[i, nz], [self._chunks[j] for j in nz])
-            specs.append(
-                TaskSpec(
-                    keys.eval_key(self.token, i),
-                    encode_eval_task,
-                    (*args, call),
-                    workers=[self.report.workers[i]],
-                )
-            )
-        return specs
 
     def _launch_graph(self, tasks: list[TaskSpec]) -> None:
         """Submit ``tasks`` as one graph and follow its eval tasks."""
@@ -297,7 +277,7 @@ class CodedJob:
     async def _launch(self) -> None:
         tasks: list[TaskSpec] = []
         call = self._call_arg(tasks)
-        tasks += await self._eval_specs(call)
+        tasks += await self.launch.initial(self, call)
         self._launch_graph(tasks)
 
     async def _submit(self) -> None:
@@ -349,15 +329,14 @@ class CodedJob:
             self._monitor.finished()  # progress bar, report to the scheduler plugin
         await self._stop_work(stragglers, cancel)
 
-    async def _tick(self) -> None:
-        """Called on every turn of the loop; launch policies that add tasks override it."""
-
     def _tick_interval(self, poll: float) -> float:
-        return poll
+        interval = self.launch.interval
+        return poll if interval is None else min(poll, interval)
 
     def _sync_report(self) -> None:
         d, rep = self.decider, self.report
         rep.arrival, rep.failed = d.arrival, d.failed
+        rep.workers = [self.workers.get(i, "") for i in range(max(self.workers, default=-1) + 1)]
         if d.target_met_at is not None:
             rep.target_met = d.target_met_at
 
@@ -373,7 +352,7 @@ class CodedJob:
         while True:
             if self._cancel_requested:
                 raise asyncio.CancelledError
-            await self._tick()
+            await self.launch.tick(self)
             await self.quality.refresh(d.usable)  # adaptive waiting: re-estimate the error
             action = d.step(self._elapsed(), error_met=self.quality.target_met(d.usable))
             if isinstance(action, GiveUp):
@@ -424,7 +403,7 @@ class CodedJob:
     async def _check_workers(self) -> None:
         """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
         live = set(await self.client.scheduler.ncores_running())
-        d, workers = self.decider, self.report.workers
+        d, workers = self.decider, self.workers
         for i in [i for i in d.pending if workers[i] not in live]:
             d.lost(i, f"worker {workers[i]} left before returning")
         for i in [i for i in d.usable if workers[i] not in live and i not in self._values]:
@@ -474,7 +453,7 @@ class CodedJob:
             if i in got and got[i] is not None:
                 self._values[i] = np.asarray(got[i])
             else:
-                self.decider.lost(i, f"result lost with worker {self.report.workers[i]}")
+                self.decider.lost(i, f"result lost with worker {self.workers[i]}")
 
     def _reject(self, used: list[int], specs: list[tuple[tuple[int, ...], str]]) -> bool:
         """Write off the results whose shape/dtype differs from the majority; True if any."""
@@ -508,7 +487,7 @@ class CodedJob:
         small summary the client gathers for the shapes and the error estimate."""
         self._round += 1
         tok, r = self.token, self._round
-        near = [self.report.workers[used[0]]]
+        near = [self.workers[used[0]]]
         stack_key = keys.stack_key(tok, r)
         sketch = self.quality.decode_sketch()
         D = self.code.decoding_matrix(used)
@@ -614,9 +593,6 @@ class CodedJob:
         return exc
 
     # -- the end ---------------------------------------------------------------------------
-    def _holding(self, running: dict[int, Any]) -> None:
-        """Stragglers still running ``func`` after the job ended (held until they end)."""
-
     def _release(self) -> tuple[dict[int, Any], list[Any]]:
         """Count the stragglers, drop every reference; return the futures left to stop:
         the straggling evals by index, and the job's other unfinished tasks."""
@@ -647,7 +623,7 @@ class CodedJob:
         client = self.client
         running: set[Any] = set()
         try:
-            workers = sorted(set(self.report.workers))
+            workers = sorted(set(self.workers.values()))
             keys_ = [f.key for f in stragglers.values()]
             running = set(
                 await asyncio.wait_for(
@@ -661,7 +637,7 @@ class CodedJob:
             with contextlib.suppress(Exception):
                 await client.cancel(cancel, asynchronous=True, reason="bacc: not needed")
         held = [f for f in stragglers.values() if f.key in running]
-        self._holding({i: f for i, f in stragglers.items() if f.key in running})
+        self.launch.holding(self, {i: f for i, f in stragglers.items() if f.key in running})
         if held:
             task = asyncio.ensure_future(_drop_when_done(held, client))
             _running.add(task)

@@ -101,7 +101,7 @@ class JobQuality:
             self.size,
             self.seed,
             key=keys.sketch_key(job.token, i),
-            workers=[job.report.workers[i]],
+            workers=[job.workers[i]],
             allow_other_workers=True,
         )
         self._futures[i] = sk

@@ -3,8 +3,8 @@
 K uncoded tasks run, one per worker. Once enough of them finished, a task still running
 after ``multiplier`` times the median duration of the finished ones (and at least
 ``min_runtime``) gets one backup copy on another worker; the first copy to finish wins and
-the other is cancelled. Modelled as a repetition code with N = 2K whose tasks K..2K-1 (the
-backups; task ``K + j`` copies block j) are launched only when the rule fires.
+the other is cancelled. A launch policy (:class:`~.launch.SpeculativeLaunch`, its rule
+:func:`~.launch.plan_backups`), decoded as copies: task ``K + j`` is the backup of block j.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 from .. import config
 from ..codes import RepetitionCode
 from .job import CodedJob
+from .launch import SpeculativeLaunch
 from .placement import choose_workers
 from .wait import FirstK
 
-__all__ = ["Speculation", "SpeculativeJob"]
+__all__ = ["Speculation", "speculative_job"]
 
 
 _PRESETS: dict[str, dict[str, Any]] = {
@@ -119,114 +120,40 @@ class Speculation:
         return max(self.multiplier * statistics.median(durations), self.min_runtime)
 
 
-class SpeculativeJob(CodedJob):
-    """A job running K uncoded tasks with speculative backup copies (``code="speculative"``)."""
+def speculative_job(
+    client: Any,
+    blocks: Any,
+    func: Any,
+    args: tuple,
+    kwargs: dict,
+    speculation: Speculation,
+    timeout: float | None,
+    combine: str,
+    workers: list[str],
+) -> CodedJob:
+    """A job of K uncoded tasks with speculative backup copies (``code="speculative"``).
 
-    def __init__(
-        self,
-        client: Any,
-        blocks: Any,
-        func: Any,
-        args: tuple,
-        kwargs: dict,
-        speculation: Speculation,
-        timeout: float | None,
-        combine: str,
-        workers: list[str],
-    ):
-        K = blocks.K
-        code = RepetitionCode(K, 2 * K)
-        super().__init__(
-            client,
-            code,
-            blocks,
-            func,
-            args,
-            kwargs,
-            FirstK(K),
-            timeout,
-            combine,
-            list(workers) + [""] * K,
-        )
-        self.speculation = speculation
-        self.report.code = {"name": "speculative", "K": K, **asdict(speculation)}
-        self.report.N = K
-        self._launched_at: dict[int, float] = {}
-        self._local: list[Any] | None = None
-        self._call: Any = None
-
-    def _tick_interval(self, poll: float) -> float:
-        return min(poll, self.speculation.interval)
-
-    def _block(self, j: int) -> Any:
-        """Block j for an eval spec: the array itself when held here, else its future."""
-        return self._local[j] if self._local is not None else self._chunks[j]
-
-    async def _launch(self) -> None:
-        from .graph import TaskSpec
-
-        tasks: list[TaskSpec] = []
-        self._call = self._call_arg(tasks)
-        if self.blocks.local:
-            self._local = list(self.blocks.stacked())
-        else:
-            self._chunks = await self.blocks.to_futures(self.client)
-        tasks += [self._eval_spec(j, self._block(j), self._call) for j in range(self.code.K)]
-        self._launch_graph(tasks)
-        self._launched_at = dict.fromkeys(range(self.code.K), self._elapsed())
-
-    async def _tick(self) -> None:
-        K, rep, d = self.code.K, self.report, self.decider
-        covered = {i % K for i in d.usable}
-        losers = [i for i in d.pending if i % K in covered]
-        if losers:  # the other copy won: stop this one
-            futures = []
-            for i in losers:
-                d.withdraw(i)
-                futures.append(self._evals[i])
-            rep.cancelled += len(futures)
-            await self.client.cancel(futures, asynchronous=True, reason="bacc: other copy won")
-        now = self._elapsed()
-        durations = [d.arrival[i] - self._launched_at[i] for i in d.usable]
-        threshold = self.speculation.threshold(K, durations)
-        wanted = []
-        for j in range(K):
-            if j in covered or K + j in self._evals:
-                continue  # done, or already backed up (one backup per block)
-            running = j in d.pending
-            if not running or (threshold is not None and now - self._launched_at[j] > threshold):
-                wanted.append(j)  # slow, or its only copy failed: back it up now
-        if wanted:
-            await self._back_up(wanted)
-
-    async def _back_up(self, blocks: list[int]) -> None:
-        """Launch backups of ``blocks`` (one graph) on workers not running a copy of this
-        job's tasks."""
-        K, rep = self.code.K, self.report
-        info = await self.client.scheduler.identity(n_workers=-1)
-        busy = {rep.workers[i] for i in self.decider.pending}
-        free = {
-            a: w
-            for a, w in info.get("workers", {}).items()
-            if a not in busy and w.get("status", "running") == "running"
-        }
-        if not free:
-            return  # every worker runs a copy; try again at the next tick
-        ordered = choose_workers(free, len(free))  # least busy first, hosts interleaved
-        specs = []
-        for j in blocks:
-            # not where this block's first copy ran (it may have failed or be stuck there)
-            addr = next((a for a in ordered if a != rep.workers[j]), None)
-            if addr is None:
-                continue
-            ordered.remove(addr)
-            i = K + j
-            rep.workers[i] = addr
-            rep.backups.append(i)
-            rep.N += 1
-            self._launched_at[i] = self._elapsed()
-            specs.append(self._eval_spec(i, self._block(j), self._call, backup=True))
-        self._launch_graph(specs)
+    Its decoder is a repetition code over the copies (task ``K + j`` is the backup of block
+    j, the first copy of a block to land gives it); the backups are launched by
+    :class:`~.launch.SpeculativeLaunch` only when its rule fires.
+    """
+    K = blocks.K
+    job = CodedJob(
+        client,
+        RepetitionCode(K, 2 * K),
+        blocks,
+        func,
+        args,
+        kwargs,
+        FirstK(K),
+        timeout,
+        combine,
+        workers,
+        launch=SpeculativeLaunch(speculation),
+    )
+    job.report.code = {"name": "speculative", "K": K, **asdict(speculation)}
+    job.report.N = K
+    return job
 
 
 def speculative_placement(workers: dict[str, Any], K: int) -> list[str]:

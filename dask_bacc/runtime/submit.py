@@ -17,7 +17,7 @@ from ..collections.base import COMBINE_CHOICES
 from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
-from .speculative import Speculation, SpeculativeJob, speculative_placement
+from .speculative import Speculation, speculative_job, speculative_placement
 from .wait import WaitPolicy, resolve_wait
 
 __all__ = ["map_coded", "submit_coded"]
@@ -153,7 +153,7 @@ async def _submit(
                 "n_coded and wait do not apply"
             )
         rule = Speculation.from_options(code_options)
-        job: CodedJob = SpeculativeJob(
+        job: CodedJob = speculative_job(
             client,
             data_blocks,
             func,
