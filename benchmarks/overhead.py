@@ -80,7 +80,7 @@ from distributed import Client, LocalCluster, as_completed
 
 import dask_bacc
 from dask_bacc.codes import BerrutCode
-from dask_bacc.runtime.worker import decode_task, encode_task
+from dask_bacc.runtime.worker import decode_task, encode_task, stack_decode_task
 
 # codec first: a cluster's leftover threads disturb multi-threaded BLAS timings
 PARTS = ("codec", "job", "client")
@@ -345,6 +345,25 @@ def bench_codec(args: argparse.Namespace) -> dict[str, Any]:
                 "BerrutCode.decode",
                 len(returned),
                 partial(code.decode, results, returned),
+                partial(np.tensordot, D, results, axes=1),
+            ),
+        ]
+        cases += [
+            # the cluster decode: one task, all K blocks, inputs as separate arrays (as
+            # they arrive on a worker) against tensordot on inputs already stacked; with
+            # and without the sketches it makes for the error estimate
+            (
+                "decode",
+                "stack_decode_task (all K blocks)",
+                len(returned),
+                partial(stack_decode_task, D, None, *results),
+                partial(np.tensordot, D, results, axes=1),
+            ),
+            (
+                "decode",
+                "stack_decode_task + sketches",
+                len(returned),
+                partial(stack_decode_task, D, (256, 0), *results),
                 partial(np.tensordot, D, results, axes=1),
             ),
         ]

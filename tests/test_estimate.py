@@ -164,6 +164,18 @@ def test_estimate_from_sketches_matches_full_results():
 
 
 # -- the building blocks ----------------------------------------------------------------------
+def test_count_sketch_samples_large_results_linearly():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(5000), rng.standard_normal(5000)
+    sa, sb = (count_sketch(x, 64, 2, max_entries=1000) for x in (a, b))
+    np.testing.assert_allclose(count_sketch(a - 2 * b, 64, 2, max_entries=1000), sa - 2 * sb)
+    # norms kept on average over seeds (sampling and hashing both unbiased)
+    ratios = [
+        np.sum(count_sketch(a, 64, s, max_entries=1000) ** 2) / np.sum(a**2) for s in range(200)
+    ]
+    assert abs(np.mean(ratios) - 1) < 0.1
+
+
 def test_count_sketch_is_linear_and_keeps_norms():
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((2, 300, 40))

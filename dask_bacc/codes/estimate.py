@@ -131,7 +131,14 @@ def floater_hormann_weights(nodes: np.ndarray, d: int) -> np.ndarray:
     return w * np.where((np.arange(x.size) - d) % 2 == 0, 1.0, -1.0)
 
 
-def count_sketch(array: np.ndarray, size: int = 256, seed: int = 0) -> np.ndarray:
+#: Entries of a result a sketch reads at most: larger results are sampled (same positions
+#: for every result of a job), so sketching costs far less than the decode it estimates
+SKETCH_MAX_ENTRIES = 1 << 18
+
+
+def count_sketch(
+    array: np.ndarray, size: int = 256, seed: int = 0, max_entries: int = SKETCH_MAX_ENTRIES
+) -> np.ndarray:
     """A linear sketch of ``array`` (flattened) into ``size`` numbers that keeps norms.
 
     Each entry is added, with a random sign, into one of ``size`` buckets (a count sketch):
@@ -139,19 +146,27 @@ def count_sketch(array: np.ndarray, size: int = 256, seed: int = 0) -> np.ndarra
     their sketches, and ``||sketch(x)||^2`` is ``||x||^2`` in expectation (relative spread
     about ``sqrt(2/size)``). Hashes depend on ``seed`` and the array's size only, so equal-
     shape results of one job are sketched consistently on different workers. Arrays with
-    at most ``size`` entries are returned flattened (exact). Costs one pass over the data
-    and memory for 2**20 hashes at a time.
+    at most ``size`` entries are returned flattened (exact). Arrays with more than
+    ``max_entries`` entries are sampled first: ``max_entries`` positions drawn with
+    replacement (again from ``seed`` and the size only), scaled by ``sqrt(n / max_entries)``
+    so norms stay unbiased; linearity holds as before. Costs one pass over at most
+    ``max_entries`` entries and memory for 2**20 hashes at a time.
     """
     flat = np.asarray(array).reshape(-1)
     if flat.dtype.kind not in "biuf":
         raise TypeError(f"can only sketch real numeric arrays, got dtype {flat.dtype}")
     if flat.size <= size:
         return flat.astype(np.float64)
+    n = flat.size
+    if n > max_entries:
+        positions = np.random.default_rng([seed, n, 1]).integers(0, n, max_entries)
+        positions.sort()  # memory order: a faster gather
+        flat = flat[positions].astype(np.float64) * np.sqrt(n / max_entries)
     out = np.zeros(2 * size)
     chunk = 1 << 20
     for start in range(0, flat.size, chunk):
         part = flat[start : start + chunk].astype(np.float64, copy=False)
-        rng = np.random.default_rng([seed, flat.size, start // chunk])
+        rng = np.random.default_rng([seed, n, start // chunk])
         slots = rng.integers(0, 2 * size, part.size, dtype=np.int64)  # bucket * 2 + sign bit
         out += np.bincount(slots, weights=part, minlength=2 * size)
     return out[0::2] - out[1::2]
