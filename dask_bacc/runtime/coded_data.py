@@ -11,10 +11,10 @@ whose eval tasks read the shares where they already are.
   eval tasks strictly to the worker that holds the share at that moment.
 - A straggler of an earlier call may still run on its worker (Python cannot stop a
   thread). Each call waits for the previous call's clean-up (which tells the workers the
-  job is over), asks the share holders whether they still run eval tasks of finished
-  jobs that started ``bacc.reroute-busy-after`` ago or more
-  (:func:`~dask_bacc.runtime.worker.stale_evals`), and evaluates those shares on spare
-  workers instead of queueing behind them (``bacc.reroute-busy``).
+  job is over and learns which stragglers still run ``func``: the job holds those until
+  they end), and evaluates the shares whose worker still runs such a straggler, started
+  ``bacc.reroute-busy-after`` ago or more, on spare workers instead of queueing behind
+  them (``bacc.reroute-busy``). That is known on the client: no message is sent for it.
 """
 
 from __future__ import annotations
