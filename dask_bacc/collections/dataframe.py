@@ -159,11 +159,16 @@ def coded_dtype(obj: Any, what: str = "data", selectable: bool = True) -> np.dty
     return np.result_type(*[numeric_dtype(d) for _, d in pairs])
 
 
-def numeric_values(obj: Frame, dtype: np.dtype, what: str) -> np.ndarray:
-    """``obj`` as one ``dtype`` array, rejecting non-numeric columns, NaN/NA and inf.
+def numeric_values(obj: Frame, dtype: np.dtype, what: str, rows: int | None = None) -> np.ndarray:
+    """``obj`` as one C-contiguous ``dtype`` array, rejecting non-numeric columns, NaN/NA
+    and inf; with ``rows``, padded to that many rows by repeating the last one.
 
-    Raises :class:`~dask_bacc.runtime.worker.InvalidInput` (a ``ValueError``), which a
-    coded job reports as a ``ValueError`` when it is raised on a worker.
+    One conversion (pandas' column blocks to the row-major array the encode reads: a
+    Fortran-ordered or strided array would be copied again by every encode that mixes it)
+    and one pass over the values for NaN/inf; the per-column error details are worked out
+    only when that pass fails. Raises :class:`~dask_bacc.runtime.worker.InvalidInput` (a
+    ``ValueError``), which a coded job reports as a ``ValueError`` when it is raised on a
+    worker.
     """
     try:
         coded_dtype(obj, what)
@@ -171,23 +176,40 @@ def numeric_values(obj: Frame, dtype: np.dtype, what: str) -> np.ndarray:
         raise InvalidInput(str(exc)) from exc
     pairs = _labelled_dtypes(obj)
     series = obj.ndim == 1
-    missing = np.asarray(obj.isna()).any(axis=0)
-    if missing.any():
-        where = "the Series" if series else f"column(s) {_pick(pairs, missing)}"
-        raise InvalidInput(
-            f"{what} has missing values (NaN/NA) in {where}; coded computing needs finite "
-            "numbers: fill or drop them first (fillna(...) / dropna())"
+    if any(not isinstance(d, np.dtype) for _, d in pairs):
+        # nullable / pyarrow columns: NA has no NumPy value, find it before converting
+        missing = np.asarray(obj.isna()).any(axis=0)
+        if missing.any():
+            _raise_missing(pairs, missing, series, what)
+    raw = obj.to_numpy(dtype=dtype)
+    if rows is None or rows == raw.shape[0] or raw.shape[0] == 0:
+        values = np.ascontiguousarray(raw)
+    else:
+        values = np.empty((rows, *raw.shape[1:]), dtype=raw.dtype)
+        _pad_into(values, raw)  # the repeated rows are finite when the others are
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        columns = values.reshape(values.shape[0], -1)
+        missing = np.isnan(columns).any(axis=0)
+        if missing.any():
+            _raise_missing(pairs, missing, series, what)
+        where = (
+            "the Series"
+            if series
+            else f"column(s) {_pick(pairs, ~np.isfinite(columns).all(axis=0))}"
         )
-    values = obj.to_numpy(dtype=dtype)
-    if values.dtype.kind == "f":
-        infinite = ~np.isfinite(values).all(axis=0)
-        if np.any(infinite):
-            where = "the Series" if series else f"column(s) {_pick(pairs, infinite)}"
-            raise InvalidInput(
-                f"{what} has inf values in {where}; coded computing needs finite numbers: "
-                "replace them first (e.g. df.replace([np.inf, -np.inf], value))"
-            )
+        raise InvalidInput(
+            f"{what} has inf values in {where}; coded computing needs finite numbers: "
+            "replace them first (e.g. df.replace([np.inf, -np.inf], value))"
+        )
     return values
+
+
+def _raise_missing(pairs: list[tuple[Any, Any]], missing: Any, series: bool, what: str) -> None:
+    where = "the Series" if series else f"column(s) {_pick(pairs, missing)}"
+    raise InvalidInput(
+        f"{what} has missing values (NaN/NA) in {where}; coded computing needs finite "
+        "numbers: fill or drop them first (fillna(...) / dropna())"
+    )
 
 
 def _pick(pairs: list[tuple[Any, Any]], mask: Any) -> list[Any]:
@@ -225,7 +247,16 @@ def _pad(values: np.ndarray, rows: int) -> np.ndarray:
     short = rows - values.shape[0]
     if short == 0:
         return values
-    return np.concatenate([values, np.repeat(values[-1:], short, axis=0)])
+    out = np.empty((rows, *values.shape[1:]), dtype=values.dtype)
+    _pad_into(out, values)
+    return out
+
+
+def _pad_into(out: np.ndarray, values: np.ndarray) -> None:
+    """Write ``values`` into ``out`` (as many rows or fewer), repeating the last row."""
+    n = values.shape[0]
+    out[:n] = values
+    out[n:] = values[-1:]
 
 
 # -- f's output: the template, the worker-side conversion and the rebuild ---------------
@@ -335,6 +366,8 @@ class FrameOutput:
             arr = _pandas_values(out)
         else:
             arr = np.asarray(out)
+            if not arr.flags.c_contiguous:  # e.g. f returned a transposed or sliced array
+                arr = np.ascontiguousarray(arr)
         ndim = {"frame": 2, "series": 1, "scalar": 0}[self.kind]
         if arr.ndim != ndim or (self.kind == "frame" and arr.shape[1] != len(self.columns)):
             raise ValueError(
@@ -371,12 +404,23 @@ _META_HELP = (
 
 
 def _pandas_values(obj: Frame) -> np.ndarray:
+    """f's output as one C-contiguous array (the layout the sketches and the decode read:
+    anything else would be copied again there, on one worker, for every result)."""
     dtype = coded_dtype(obj, "f's output", selectable=False)
     pairs = _labelled_dtypes(obj)
-    if any(not isinstance(d, np.dtype) for _, d in pairs) and np.asarray(obj.isna()).any():
-        # missing values of nullable columns become NaN, which the job rejects as invalid
-        return obj.to_numpy(dtype=np.float64, na_value=np.nan)
-    return obj.to_numpy(dtype=dtype)
+    if any(not isinstance(d, np.dtype) for _, d in pairs):
+        if np.asarray(obj.isna()).any():
+            # missing values of nullable columns become NaN, which the job rejects as invalid
+            return np.ascontiguousarray(obj.to_numpy(dtype=np.float64, na_value=np.nan))
+        return np.ascontiguousarray(obj.to_numpy(dtype=dtype))
+    if obj.ndim == 1 or obj.shape[1] == 1:
+        return np.ascontiguousarray(obj.to_numpy(dtype=dtype))
+    # column by column straight into the row-major array: one pass (to_numpy would make a
+    # column-major array, and a second copy would reorder it)
+    out = np.empty(obj.shape, dtype=dtype)
+    for i in range(obj.shape[1]):
+        out[:, i] = obj.iloc[:, i].to_numpy()
+    return out
 
 
 class FrameFunction:
@@ -550,7 +594,10 @@ class PandasBlocks(_FrameBlocks):
     def stacked(self) -> np.ndarray:
         if len(set(self.lengths)) == 1:
             return self.values.reshape((self.K, *self.block_shape))  # a view, no copy
-        return np.stack(self.split())
+        out = np.empty((self.K, *self.block_shape), dtype=self.values.dtype)
+        for block, (start, stop) in zip(out, self.bounds, strict=True):
+            _pad_into(block, self.values[start:stop])
+        return out
 
     def _mock(self) -> np.ndarray:
         start, stop = self.bounds[0]
@@ -697,10 +744,10 @@ def partition_block(
     An empty partition is filled with the first row of ``donor`` (another partition):
     its output is trimmed to 0 rows, so the filler only keeps f away from made-up values.
     """
-    values = numeric_values(part, dtype, what)
+    values = numeric_values(part, dtype, what, rows)
     if values.shape[0] == 0:
-        values = numeric_values(donor, dtype, "data")[:1]
-    return _pad(values, rows)
+        values = numeric_values(donor.iloc[:1], dtype, "data", rows)
+    return values
 
 
 class PieceBuilder:
