@@ -372,7 +372,9 @@ class CodedJob:
                 fut = None
             if fut is not None:
                 idle_since = time.perf_counter()
-                await self._arrived(fut)
+                # every result already in, at once: one decision for a burst of arrivals
+                for f in [fut, *ac.next_batch(block=False)]:
+                    await self._arrived(f)
             elif time.perf_counter() - idle_since >= poll and d.pending:
                 # nothing for a while: check that the pending tasks' workers are still there
                 idle_since = time.perf_counter()
