@@ -235,25 +235,34 @@ def _float_dtype(arrays: Sequence[np.ndarray]) -> np.dtype:
     return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
-#: Bytes of the reused buffer of :func:`matmul_tiled`: large tiles keep BLAS efficient (on
-#: 24 inputs of 16-64 MB, 1M-entry tiles ran at 0.6-0.8x ``tensordot`` on pre-stacked
-#: input, 64k-entry tiles at 0.3-0.5x), and the buffer stays far below the inputs' size
+#: Bytes of the reused buffer of :func:`matmul_tiled` for a matrix of weights (the one
+#: decode task of a job): large tiles keep BLAS efficient (on 24 inputs of 16-64 MB,
+#: 1M-entry tiles ran at 0.6-0.8x ``tensordot`` on pre-stacked input, 64k-entry tiles at
+#: 0.3-0.5x), and the buffer stays far below the inputs' size
 TILE_BYTES = 128 << 20
+#: Columns of a tile for one row of weights (a share's encode, N of them at once in one
+#: process): the (L, tile) buffer stays in cache and NumPy's own loop runs it on one
+#: thread. BLAS threads, one set per calling thread, oversubscribe the cores when every
+#: worker thread encodes at once, and large buffers times N add up: on the 2M-row
+#: DataFrame benchmark this took Berrut's peak memory from 7.8x to 3.4x plain's
+ROW_TILE = 1 << 14
 
 
 def matmul_tiled(weights: np.ndarray, arrays: Sequence[Any], tile: int | None = None) -> np.ndarray:
     """``weights @ stack(arrays)`` for equal-shape arrays, without stacking them.
 
     ``weights`` is (R, L) for L arrays; the result is (R, *shape). Column tiles of the
-    inputs are copied into one reused (L, tile) buffer and BLAS runs on each tile, so memory
-    beyond the output is L x tile numbers (default: :data:`TILE_BYTES` in all, at least
-    65536 columns). Float dtypes are kept; other numbers become float64.
+    inputs are copied into one reused (L, tile) buffer and contracted tile by tile, so
+    memory beyond the output is L x tile numbers: with R > 1 (a decode) BLAS on tiles of
+    :data:`TILE_BYTES` in all; with R = 1 (an encode) ``np.einsum`` on :data:`ROW_TILE`
+    columns. Float dtypes are kept; other numbers become float64.
     """
     arrs = [np.asarray(a) for a in arrays]
     dtype = _float_dtype(arrs)
-    if tile is None:
-        tile = max(1 << 16, TILE_BYTES // (dtype.itemsize * len(arrs)))
     W = np.asarray(weights, dtype=dtype)
+    one_row = W.shape[0] == 1
+    if tile is None:
+        tile = ROW_TILE if one_row else max(1 << 16, TILE_BYTES // (dtype.itemsize * len(arrs)))
     flat = [a.reshape(-1) for a in arrs]
     n = flat[0].size
     out = np.empty((W.shape[0], n), dtype=dtype)
@@ -263,7 +272,10 @@ def matmul_tiled(weights: np.ndarray, arrays: Sequence[Any], tile: int | None = 
         block = buf[:, : stop - start]
         for row, f in enumerate(flat):
             block[row] = f[start:stop]
-        np.matmul(W, block, out=out[:, start:stop])
+        if one_row:
+            np.einsum("rl,ln->rn", W, block, out=out[:, start:stop])
+        else:
+            np.matmul(W, block, out=out[:, start:stop])
     return out.reshape((W.shape[0], *arrs[0].shape))
 
 
