@@ -211,6 +211,56 @@ def test_row_blocks_split_and_pad_with_the_last_row():
     np.testing.assert_array_equal(block, [[5.0], [5.0], [5.0]])
 
 
+def test_blocks_are_converted_once_to_row_major_arrays():
+    """The encode reads each chunk as one C-contiguous array (a column-major or strided
+    one would be copied again by every encode that mixes it): one conversion, padding
+    included, and NaN/inf still named per column."""
+    df = make_frame(10)
+    big = pd.concat([df, df])  # a slice of a larger block: strided in pandas' layout
+    part = big.iloc[3:10]
+    block = partition_block(part, 9, np.dtype(float), "partition 0")
+    assert block.flags.c_contiguous and block.shape == (9, 2)
+    np.testing.assert_array_equal(block[:7], part.to_numpy())
+    np.testing.assert_array_equal(block[7:], part.to_numpy()[[-1, -1]])
+    assert partition_block(part, 7, np.dtype(float), "p").flags.c_contiguous
+    ints = pd.DataFrame({"i": np.arange(4), "f": np.linspace(0, 1, 4)})
+    mixed = partition_block(ints, 4, np.dtype(float), "p")
+    assert mixed.flags.c_contiguous and mixed.dtype == np.float64
+    np.testing.assert_array_equal(mixed, ints.to_numpy(dtype=float))
+    blocks = frame_blocks(df, n_blocks=3)  # unequal: 4, 3, 3 rows
+    assert blocks.values.flags.c_contiguous
+    stacked = blocks.stacked()
+    assert stacked.flags.c_contiguous and stacked.shape == (3, 4, 2)
+    np.testing.assert_array_equal(stacked[2], df.to_numpy()[[7, 8, 9, 9]])
+    bad = df.copy()
+    bad.iloc[2, 1] = np.inf
+    bad.iloc[5, 0] = np.nan
+    with pytest.raises(ValueError, match=r"missing values \(NaN/NA\) in column\(s\) \['a'\]"):
+        partition_block(bad, 10, np.dtype(float), "partition 3")
+    with pytest.raises(ValueError, match=r"inf values in column\(s\) \['b'\]"):
+        partition_block(bad[["b"]], 10, np.dtype(float), "partition 3")
+    nullable = pd.DataFrame({"n": pd.array([1, None, 3], dtype="Int64")})
+    with pytest.raises(ValueError, match=r"missing values .* \['n'\]"):
+        partition_block(nullable, 3, np.dtype(np.int64), "partition 0")
+
+
+def test_outputs_of_f_are_row_major_arrays():
+    """What f returns goes to the sketches and the decode as a C-contiguous array."""
+    blocks = frame_blocks(make_frame(8), n_blocks=2)
+
+    def two(d):  # a frame of separate columns, one of them an integer
+        return pd.DataFrame({"x": d["a"] * 2, "n": np.arange(len(d))})
+
+    wrapped = blocks.wrap(two, (), {})
+    share = blocks.stacked()[1]
+    out = wrapped(share)
+    assert out.flags.c_contiguous and out.dtype == np.float64
+    np.testing.assert_array_equal(out, np.column_stack([share[:, 0] * 2, np.arange(4)]))
+    transposed = blocks.wrap(lambda d: np.asfortranarray(d.to_numpy()), (), {})
+    assert transposed(share).flags.c_contiguous
+    np.testing.assert_array_equal(transposed(share), share)
+
+
 def test_meta_forms_and_wrong_meta():
     assert FrameOutput.from_meta({"x": "f8", "y": "i8"}).columns.tolist() == ["x", "y"]
     series = FrameOutput.from_meta(("x", "f8"))

@@ -512,3 +512,31 @@ async def test_bad_input_rejected_before_submission(c, s, *workers, args, kwargs
     with pytest.raises(error, match=match):
         await dask_bacc.submit_coded(*args, **kwargs)
     assert not s.tasks  # nothing reached the scheduler
+
+
+def test_flat_block_is_one_row_major_copy_of_every_variable():
+    """Each block of a dask-backed object is converted once, by one task, into the flat
+    ``(rows, total)`` array the encode reads, whatever the position of ``dim``."""
+    from dask_bacc.collections.xarray import _dask_blocks, _flat_block, _in_memory_flat
+
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset(
+        {
+            "a": (("time", "x"), rng.standard_normal((12, 3))),
+            "b": (("x", "time"), rng.integers(0, 5, (3, 12))),  # dim not first, integer
+        }
+    )
+    expected = np.concatenate([ds["a"].values, ds["b"].values.T.astype(float)], axis=1)
+    flat = _in_memory_flat(dict(ds.data_vars.variables), "time", np.dtype(float))
+    assert flat.flags.c_contiguous
+    np.testing.assert_array_equal(flat, expected)
+    chunked = ds.chunk({"time": 4, "x": 2})  # x is rechunked to one chunk
+    coded = {k: v.variable for k, v in chunked.data_vars.items()}
+    delayed = _dask_blocks(coded, "time", (4, 4, 4), np.dtype(float))
+    assert len(delayed) == 3
+    blocks = dask.compute(*delayed, scheduler="sync")
+    for j, block in enumerate(blocks):
+        assert block.flags.c_contiguous
+        np.testing.assert_array_equal(block, expected[4 * j : 4 * (j + 1)])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        _flat_block((0,), np.dtype(float), np.array([[1.0], [np.nan]]))

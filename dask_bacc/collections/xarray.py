@@ -350,11 +350,10 @@ class XarrayBlocks(Blocks):
         self.template: XarrayObject | None = None
         self.passthrough: dict[Hashable, dict] = {}  # non-numeric constants f returns: attrs
         if chunked:
-            self.flat = _dask_flat(coded, dim, dim_chunks, dtype)
+            #: one task per block builds its flat ``(rows, total)`` array (a list of Delayed)
+            self.flat = _dask_blocks(coded, dim, dim_chunks, dtype)
         else:
-            self.flat = np.concatenate(
-                [_in_memory_rows(k, v, dim, dtype) for k, v in coded.items()], axis=1
-            )
+            self.flat = _in_memory_flat(coded, dim, dtype)
 
     # -- Blocks API -----------------------------------------------------------------------
     def stacked(self) -> np.ndarray:
@@ -373,7 +372,7 @@ class XarrayBlocks(Blocks):
             else:  # in-memory data gives an in-memory output
                 self.dim_coords = await client.compute(self.dim_coords)
         if self.chunked:
-            return client.compute(self.flat.to_delayed().ravel().tolist())
+            return client.compute(self.flat)
         return await super().to_futures(client)
 
     def wrap(self, func: Any, args: tuple, kwargs: dict) -> CodedBlockFunc:
@@ -563,15 +562,42 @@ def _extract(
     return np.asarray(flat)[start:stop].reshape(shape).astype(dtype, copy=False)
 
 
-def _in_memory_rows(name: Hashable, v: xr.Variable, dim: Hashable, dtype: np.dtype) -> np.ndarray:
-    values = np.asarray(v.values)
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        raise ValueError(
-            f"variable {name!r} contains NaN or inf; coded computing needs finite data "
-            "(fill or drop them first, e.g. obj.fillna(0))"
-        )
-    values = np.moveaxis(values, v.dims.index(dim), 0)
-    return values.reshape((values.shape[0], -1)).astype(dtype, copy=False)
+def _in_memory_flat(
+    coded: dict[Hashable, xr.Variable], dim: Hashable, dtype: np.dtype
+) -> np.ndarray:
+    """The in-memory variables as one ``(n, total)`` array (one copy; NaN/inf raise,
+    naming the variable)."""
+    arrays, axes = [], []
+    for name, v in coded.items():
+        values = np.asarray(v.values)
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            raise ValueError(
+                f"variable {name!r} contains NaN or inf; coded computing needs finite data "
+                "(fill or drop them first, e.g. obj.fillna(0))"
+            )
+        arrays.append(values)
+        axes.append(v.dims.index(dim))
+    return _flat_block(tuple(axes), dtype, *arrays, check=False)
+
+
+def _flat_block(
+    axes: tuple[int, ...], dtype: np.dtype, *arrays: np.ndarray, check: bool = True
+) -> np.ndarray:
+    """The pieces of one block (one array per coded variable, ``dim`` at ``axes[i]``) as one
+    C-contiguous ``(rows, total)`` array of ``dtype``, written in one pass.
+
+    Runs as one task per block for dask-backed data (so each chunk is converted once, with
+    no intermediate concatenations), and checks the result is finite (``check``).
+    """
+    rows = np.shape(arrays[0])[axes[0]]
+    widths = [int(np.size(a)) // rows if rows else 0 for a in arrays]
+    out = np.empty((rows, sum(widths)), dtype=dtype)
+    start = 0
+    for a, axis, width in zip(arrays, axes, widths, strict=True):
+        piece = np.moveaxis(np.asarray(a), axis, 0)  # a view; a copy below only if axis != 0
+        out[:, start : start + width] = piece.reshape((rows, width))
+        start += width
+    return _check_finite(out) if check else out
 
 
 def _check_finite(block: np.ndarray) -> np.ndarray:
@@ -585,21 +611,23 @@ def _check_finite(block: np.ndarray) -> np.ndarray:
     return block
 
 
-def _dask_flat(
+def _dask_blocks(
     coded: dict[Hashable, xr.Variable],
     dim: Hashable,
     dim_chunks: tuple[int, ...],
     dtype: np.dtype,
-) -> da.Array:
-    """The dask array of flat ``(rows, total)`` blocks, one chunk per block."""
-    columns = []
+) -> list[Any]:
+    """One Delayed per block: its flat ``(rows, total)`` array, built by :func:`_flat_block`
+    from the block's chunk of every coded variable (other dimensions rechunked to one)."""
+    pieces, axes = [], []
     for v in coded.values():
         arr = v.data if _is_chunked(v) else da.from_array(np.asarray(v.values), chunks=-1)
-        arr = da.moveaxis(arr, v.dims.index(dim), 0)
-        arr = arr.rechunk({0: dim_chunks, **{i: -1 for i in range(1, arr.ndim)}})
-        columns.append(arr.reshape((arr.shape[0], -1)).astype(dtype))
-    flat = columns[0] if len(columns) == 1 else da.concatenate(columns, axis=1).rechunk({1: -1})
-    return flat.map_blocks(_check_finite, dtype=dtype)
+        axis = v.dims.index(dim)
+        arr = arr.rechunk({i: dim_chunks if i == axis else -1 for i in range(arr.ndim)})
+        pieces.append(arr.to_delayed().ravel().tolist())  # the K chunks along dim, in order
+        axes.append(axis)
+    build = dask.delayed(_flat_block, pure=True)
+    return [build(tuple(axes), dtype, *[p[j] for p in pieces]) for j in range(len(dim_chunks))]
 
 
 # -- the accessor ---------------------------------------------------------------------------
