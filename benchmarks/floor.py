@@ -215,6 +215,14 @@ def _scheduler_state(dask_scheduler: Any) -> tuple[int, int]:
 LEFTOVERS: list[tuple[str, int]] = []  # (what ran before, tasks left on the scheduler)
 
 
+def worker_rss(client: Client) -> float:
+    """Resident memory (MiB) of the client's process plus the distinct worker processes."""
+    per_pid = client.run(lambda: (os.getpid(), _rss_mib()))
+    pids = {pid: rss for pid, rss in per_pid.values()}
+    pids[os.getpid()] = _rss_mib()
+    return round(sum(pids.values()), 1)
+
+
 def settle(client: Client, seconds: float, after: str = "", limit: float = 30.0) -> None:
     """Wait until no task waits or runs, then for one task duration; collect garbage.
 
@@ -231,6 +239,11 @@ def settle(client: Client, seconds: float, after: str = "", limit: float = 30.0)
         held = client.run_on_scheduler(_scheduler_state)[1]
         if held:
             LEFTOVERS.append((after, held))
+
+
+def progress(what: str, times: dict[str, list[float]]) -> None:
+    last = ", ".join(f"{v} {1e3 * t[-1]:.0f} ms" for v, t in times.items() if t)
+    print(f"  [{time.strftime('%H:%M:%S')}] {what}: {last}", file=sys.stderr, flush=True)
 
 
 # -- the variants ----------------------------------------------------------------------------
@@ -271,8 +284,17 @@ def make_cluster(n_workers: int, processes: bool) -> LocalCluster:
         threads_per_worker=1,
         processes=processes,
         dashboard_address=None,
-        silence_logs=logging.ERROR,
+        # no memory limit: in-process workers all see the one process's memory, and with a
+        # limit of total/W each (376 MiB for W=64 here) they pause and strand pinned tasks
+        memory_limit=0,
+        silence_logs=logging.getLogger("distributed").level,
     )
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def _where_bacc() -> str:
@@ -305,13 +327,16 @@ def job_at(args: argparse.Namespace, N: int, rng: np.random.Generator) -> dict[s
             settle(client, s, f"job N={N} {v} (warm-up)")
         times: dict[str, list[float]] = {v: [] for v in variants}
         errors: dict[str, list[float]] = {v: [] for v in variants}
-        for _ in range(args.reps):
+        rss_before = worker_rss(client)
+        for rep in range(args.reps):
             for v in rng.permutation(list(variants)):
                 elapsed, out = variants[v]()
                 times[v].append(elapsed)
                 errors[v].append(rel_error(out, exact))
                 del out
                 settle(client, s, f"job N={N} {v}")
+            progress(f"N={N} rep {rep + 1}/{args.reps}", times)
+        rss_after = worker_rss(client)
         # one counted job per variant, outside the timed repetitions
         client.register_plugin(MessageCounter(), name=COUNTER_NAME)
         counts = {}
@@ -342,6 +367,7 @@ def job_at(args: argparse.Namespace, N: int, rng: np.random.Generator) -> dict[s
         },
         "median_rel_error": {v: float(np.median(e)) for v, e in errors.items()},
         "counts": counts,
+        "rss_mib_before_after_reps": [rss_before, rss_after],
     }
 
 
@@ -407,6 +433,17 @@ def job_tables(res: dict[str, Any], args: argparse.Namespace) -> str:
                 f"{c['scheduler_handler_ms']:.1f} | "
                 f"{c['handler_ms_by_op'].get('update-graph', 0.0):.1f} | {ops} |"
             )
+    lines += [
+        "",
+        "Resident memory of the client and worker processes (MiB) before / after the timed "
+        "repetitions: "
+        + "; ".join(
+            f"N={r['N']}: {r['rss_mib_before_after_reps'][0]:.0f} / "
+            f"{r['rss_mib_before_after_reps'][1]:.0f}"
+            for r in per.values()
+        )
+        + ".",
+    ]
     lines += [
         "",
         "Median relative error of the decoded output against `np.tanh(X)` (Berrut is "
@@ -498,6 +535,7 @@ def run_stragglers(args: argparse.Namespace, rng: np.random.Generator) -> dict[s
                 seen_by[v].append(seen)
                 if not set(seen) <= set(slow):
                     mismatches.append((seed, str(v), seen))
+            progress(f"stragglers rep {len(slow_counts)}/{args.reps}", times)
         clear_stragglers(client)
 
     pct = {
@@ -581,6 +619,7 @@ def environment() -> dict[str, Any]:
         "dask": dask.__version__,
         "distributed": distributed.__version__,
         "numpy": np.__version__,
+        "loadavg_at_start": os.getloadavg(),
     }
 
 
@@ -595,6 +634,7 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=str, default=None)
+    parser.add_argument("--log-level", default="ERROR", help="of the distributed loggers")
     args = parser.parse_args()
     if args.N is None:
         args.N = [8, 16] if args.processes else [8, 16, 32, 64]
@@ -604,7 +644,7 @@ def main() -> None:
         parser.error("--N must be even numbers >= 2 (K = N/2)")
 
     warnings.simplefilter("ignore")
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+    logging.getLogger("distributed").setLevel(args.log_level)
     env = environment()
     print(
         f"dask_bacc from {env['dask_bacc_file']} (rev {env['dask_bacc_git_rev'][:10]}"
@@ -622,6 +662,7 @@ def main() -> None:
         out["stragglers"] = run_stragglers(args, rng)
         tables.append(straggler_tables(out["stragglers"], args))
     out["wall_seconds"] = time.perf_counter() - t0
+    out["environment"]["loadavg_at_end"] = os.getloadavg()
     out["leftover_tasks"] = LEFTOVERS
     if LEFTOVERS:
         tables.append(
@@ -629,7 +670,11 @@ def main() -> None:
             + "; ".join(f"{n} after {what}" for what, n in LEFTOVERS)
         )
     print("\n\n".join(tables))
-    print(f"\n(wall time {out['wall_seconds']:.0f} s; dask_bacc from {env['dask_bacc_file']})")
+    load = ", ".join(f"{x:.1f}" for x in env["loadavg_at_start"] + env["loadavg_at_end"][:1])
+    print(
+        f"\n(wall time {out['wall_seconds']:.0f} s; dask_bacc from {env['dask_bacc_file']}; "
+        f"load average 1/5/15 min at start, 1 min at end: {load})"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
 
