@@ -21,6 +21,7 @@ from ..codes import Code, code_class
 from ..collections.rewrite import MapCall, find_map
 from ..diagnostics.monitor import _jsonable
 from ..exceptions import RewriteError
+from . import keys
 from .quality import check_adversaries
 from .report import JobReport
 from .submit import AVOID_WORKERS, _check_common, submit_coded
@@ -30,7 +31,6 @@ __all__ = ["coded", "report_of", "rewrite_reports"]
 
 #: Topic of the scheduler's event log where each driver task leaves its job's report
 REPORT_TOPIC = "bacc-coded"
-DRIVER = "bacc-driver-"
 
 #: keywords of ``submit_coded``: a mapped function's keyword arguments cannot use them
 _RESERVED = {
@@ -121,7 +121,7 @@ def coded(
     driver_call = MapCall(call.kind, call.func, call.data, call.args, call.kwargs, None, call.dim)
     target = _target(call, exact_dtypes)
     driver = dask.delayed(_drive, pure=False)(
-        driver_call, options, settings, target, token, dask_key_name=f"{DRIVER}{token}"
+        driver_call, options, settings, target, token, dask_key_name=keys.driver_key(token)
     )
     return _rebuild(call, driver, target)
 
@@ -319,7 +319,8 @@ def report_of(collection: Any, client: Any = None) -> Any:
     """
     from distributed import default_client
 
-    tokens = sorted({k[len(DRIVER) :] for k in _keys(collection) if k.startswith(DRIVER)})
+    parsed = [keys.parse(k) for k in _keys(collection)]
+    tokens = sorted({p.token for p in parsed if p is not None and p.kind == "driver"})
     if not tokens:
         raise ValueError(
             "this collection holds no coded job: pass one that dask_bacc.coded returned "
@@ -356,14 +357,14 @@ def rewrite_reports(client: Any = None) -> Any:
 
 async def _rewrite_reports(client: Any) -> list[tuple[str, JobReport]]:
     events = await client.get_events(REPORT_TOPIC)
-    return [(DRIVER + m["driver"], JobReport.from_dict(m["report"])) for _, m in events]
+    return [(keys.driver_key(m["driver"]), JobReport.from_dict(m["report"])) for _, m in events]
 
 
 async def _report_of(client: Any, token: str) -> JobReport:
-    found = [r for key, r in await _rewrite_reports(client) if key == DRIVER + token]
+    found = [r for key, r in await _rewrite_reports(client) if key == keys.driver_key(token)]
     if not found:
         raise LookupError(
-            f"no report for {DRIVER}{token}: the collection has not been computed yet (or "
+            f"no report for {keys.driver_key(token)}: the collection has not been computed yet (or "
             "its report left the scheduler's event log)"
         )
     return found[-1]

@@ -14,7 +14,6 @@ __all__ = [
     "KINDS",
     "ParsedKey",
     "args_key",
-    "chunk_name",
     "decode_key",
     "driver_key",
     "eval_key",
@@ -90,10 +89,6 @@ def sketch_key(token: str, i: int) -> tuple[str, int]:
 
 def args_key(token: str) -> str:
     return _name("args", token)
-
-
-def chunk_name(token: str) -> str:
-    return _name("chunk", token)
 
 
 def driver_key(token: str) -> str:
