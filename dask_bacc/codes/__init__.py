@@ -5,13 +5,14 @@ K output blocks from any decodable subset of coded results with a (K, |F|) decod
 """
 
 from ..exceptions import InsufficientResults
-from .base import Code
+from .base import Code, InterpolatingCode
 from .berrut import BerrutCode
 from .estimate import ErrorEstimate, count_sketch, estimate_error
 from .lagrange import LagrangeCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
 from .registry import code_class, get_code, register_code, registered_codes
 from .repetition import RepetitionCode, Uncoded
+from .spline import SplineCode
 from .robust import Screening, detect_inconsistent, locate_corrupted, robust_decode
 
 __all__ = [
@@ -19,9 +20,11 @@ __all__ = [
     "Code",
     "ErrorEstimate",
     "InsufficientResults",
+    "InterpolatingCode",
     "LagrangeCode",
     "RepetitionCode",
     "Screening",
+    "SplineCode",
     "Uncoded",
     "chebyshev_first",
     "chebyshev_second",

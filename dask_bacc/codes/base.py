@@ -9,7 +9,7 @@ import numpy as np
 
 from ..exceptions import InsufficientResults
 
-__all__ = ["AMPLIFICATION_LIMIT", "Code", "as_returned"]
+__all__ = ["AMPLIFICATION_LIMIT", "Code", "InterpolatingCode", "as_returned"]
 
 #: Largest :meth:`Code.amplification` at which an exact code's decode is taken as exact.
 #: Measured for Lagrange over K in 4..32, N/K in 2..4, degrees 1..3 and random and adjacent
@@ -163,6 +163,57 @@ class Code:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "name")
         return f"{type(self).__name__}({params})"
+
+
+class InterpolatingCode(Code):
+    """An approximate code that decodes by interpolating the returned results.
+
+    The decoder through the returned worker points, evaluated at the data points, is
+    :meth:`interpolant`; :meth:`companion` is a second interpolant through the same points
+    whose difference from it estimates its error (the embedded pair of
+    :mod:`dask_bacc.codes.estimate`, which, like the robust decoder, works for any
+    subclass). Any non-empty set of results decodes. A systematic variant sets
+    ``systematic_workers`` (worker of each data point) and decodes block j exactly when
+    that worker returned, if the decoder interpolates.
+    """
+
+    exact = False
+    systematic: bool = False
+    systematic_workers: np.ndarray | None = None
+    #: The leave-one-out factor of the error estimate is clipped to this range.
+    calibration_range: ClassVar[tuple[float, float]] = (1.0, 4.0)
+
+    @property
+    def interpolates(self) -> bool:
+        """The decoder passes through the returned results (a systematic block is exact)."""
+        return True
+
+    def interpolant(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """The decoder through the strictly monotone ``nodes`` at ``targets``, a matrix."""
+        raise NotImplementedError
+
+    def companion(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """The embedded pair's second interpolant (same shape as :meth:`interpolant`)."""
+        raise NotImplementedError
+
+    @property
+    def min_results(self) -> int:
+        return 1
+
+    def is_exact(self, returned: Sequence[int]) -> bool:
+        """Systematic only: every block's own (systematic) worker is in ``returned``."""
+        if self.systematic_workers is None or not self.interpolates or len(returned) == 0:
+            return False
+        have = set(as_returned(returned, self.N).tolist())
+        return all(int(i) in have for i in self.systematic_workers)
+
+    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
+        idx = as_returned(returned, self.N)
+        order = np.argsort(idx, kind="stable")  # ascending worker index: monotone points
+        sorted_matrix = self.interpolant(self._alpha, self._z[idx[order]])
+        out = np.empty_like(sorted_matrix)
+        out[:, order] = sorted_matrix
+        return out
 
 
 def _positive_int(name: str, value: Any) -> int:

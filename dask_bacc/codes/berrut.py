@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .base import Code, as_returned
+from .base import InterpolatingCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
 
-__all__ = ["BerrutCode", "barycentric_matrix", "berrut_matrix"]
+__all__ = ["BerrutCode", "barycentric_matrix", "berrut_matrix", "floater_hormann_weights"]
 
 # Points closer than this (absolute, on [-1, 1]) are the same point: the coincidence rule.
 COINCIDENCE_TOL = 1e-12
@@ -48,7 +47,31 @@ def berrut_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     return barycentric_matrix(targets, nodes, np.where(np.arange(nodes.size) % 2 == 0, 1.0, -1.0))
 
 
-class BerrutCode(Code):
+def floater_hormann_weights(nodes: np.ndarray, d: int) -> np.ndarray:
+    """Barycentric weights of the Floater-Hormann interpolant of degree ``d``.
+
+    ``nodes`` must be strictly monotone. ``d = 0`` gives Berrut's ``(-1)^k``; ``d`` is
+    lowered to ``len(nodes) - 1`` when there are too few nodes. The interpolant reproduces
+    polynomials of degree ``d`` and converges as ``h^(d+1)`` for smooth functions.
+    """
+    x = np.asarray(nodes, dtype=float)
+    n = x.size - 1
+    d = max(0, min(int(d), n))
+    w = np.zeros(x.size)
+    if d == 0:
+        return np.where(np.arange(x.size) % 2 == 0, 1.0, -1.0)
+    windows = n - d + 1  # window i covers nodes i .. i+d
+    for a in range(d + 1):  # position of node k inside the window
+        prod = np.ones(windows)
+        for b in range(d + 1):
+            if b != a:
+                prod /= np.abs(x[a : a + windows] - x[b : b + windows])
+        np.add.at(w, np.arange(windows) + a, prod)
+    return w * np.where((np.arange(x.size) - d) % 2 == 0, 1.0, -1.0)
+
+
+
+class BerrutCode(InterpolatingCode):
     """Berrut rational-interpolation code: any f, decodable from any non-empty result set.
 
     Parameters
@@ -86,27 +109,15 @@ class BerrutCode(Code):
             self._z = chebyshev_second(self.N)
             self.systematic_workers = None
 
-    @property
-    def min_results(self) -> int:
-        return 1
+    def interpolant(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        return berrut_matrix(targets, nodes)
 
-    def is_exact(self, returned: Sequence[int]) -> bool:
-        """Systematic only: every block's own (systematic) worker is in ``returned``."""
-        if not self.systematic or len(returned) == 0:
-            return False
-        have = set(as_returned(returned, self.N).tolist())
-        return all(int(i) in have for i in self.systematic_workers)
+    def companion(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        # Floater-Hormann of degree 1, one order more accurate (codes/estimate.py)
+        return barycentric_matrix(targets, nodes, floater_hormann_weights(nodes, 1))
 
     def encoding_matrix(self) -> np.ndarray:
         return berrut_matrix(self._z, self._alpha)
-
-    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
-        idx = as_returned(returned, self.N)
-        order = np.argsort(idx, kind="stable")  # ascending worker index == descending point
-        sorted_matrix = berrut_matrix(self._alpha, self._z[idx[order]])
-        out = np.empty_like(sorted_matrix)
-        out[:, order] = sorted_matrix
-        return out
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "systematic": self.systematic}

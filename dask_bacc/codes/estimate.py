@@ -44,7 +44,7 @@ import numpy as np
 
 from ..exceptions import InsufficientResults
 from .base import AMPLIFICATION_LIMIT, Code, as_returned
-from .berrut import COINCIDENCE_TOL, BerrutCode, barycentric_matrix
+from .berrut import COINCIDENCE_TOL, BerrutCode, barycentric_matrix, floater_hormann_weights
 
 __all__ = [
     "MAX_CALIBRATION",
@@ -106,29 +106,6 @@ class ErrorEstimate:
             "calibration": float(self.calibration),
             "n_results": int(self.n_results),
         }
-
-
-def floater_hormann_weights(nodes: np.ndarray, d: int) -> np.ndarray:
-    """Barycentric weights of the Floater-Hormann interpolant of degree ``d``.
-
-    ``nodes`` must be strictly monotone. ``d = 0`` gives Berrut's ``(-1)^k``; ``d`` is
-    lowered to ``len(nodes) - 1`` when there are too few nodes. The interpolant reproduces
-    polynomials of degree ``d`` and converges as ``h^(d+1)`` for smooth functions.
-    """
-    x = np.asarray(nodes, dtype=float)
-    n = x.size - 1
-    d = max(0, min(int(d), n))
-    w = np.zeros(x.size)
-    if d == 0:
-        return np.where(np.arange(x.size) % 2 == 0, 1.0, -1.0)
-    windows = n - d + 1  # window i covers nodes i .. i+d
-    for a in range(d + 1):  # position of node k inside the window
-        prod = np.ones(windows)
-        for b in range(d + 1):
-            if b != a:
-                prod /= np.abs(x[a : a + windows] - x[b : b + windows])
-        np.add.at(w, np.arange(windows) + a, prod)
-    return w * np.where((np.arange(x.size) - d) % 2 == 0, 1.0, -1.0)
 
 
 #: Entries of a result a sketch reads at most: larger results are sampled (same positions

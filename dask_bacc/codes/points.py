@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["chebyshev_first", "chebyshev_second", "systematic_points"]
+__all__ = [
+    "chebyshev_first",
+    "chebyshev_second",
+    "equispaced",
+    "place_systematic",
+    "systematic_points",
+]
 
 
 def chebyshev_first(n: int) -> np.ndarray:
@@ -51,8 +57,18 @@ def systematic_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """
     if n < k:
         raise ValueError(f"systematic points need n >= k, got k={k}, n={n}")
-    alpha = chebyshev_first(k)
-    z = chebyshev_second(n).copy()
+    return place_systematic(chebyshev_first(k), chebyshev_second(n))
+
+
+def place_systematic(alpha: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Move, for each data point in turn, the nearest not-yet-moved worker point onto it.
+
+    ``alpha`` (k,) and ``z`` (n >= k,) are strictly decreasing; returns the strictly
+    decreasing worker points and ``systematic[j]``, the worker index whose point is
+    ``alpha[j]`` (see :func:`systematic_points`).
+    """
+    n = z.size
+    z = np.asarray(z, dtype=float).copy()
     moved = np.zeros(n, dtype=bool)
     for a in alpha:
         dist = np.where(moved, np.inf, np.abs(z - a))
@@ -64,3 +80,14 @@ def systematic_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     if not np.all(np.diff(z) < 0):  # pragma: no cover - guarded by the property tests
         raise AssertionError(f"systematic points are not strictly decreasing: {z}")
     return z, systematic
+
+
+def equispaced(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The spline codes' points, both strictly decreasing: data points at the midpoints of
+    k equal cells of ``[-1, 1]``, ``1 - (2j+1)/k``, and n worker points spanning it,
+    ``1 - 2i/(n-1)`` (0 for n == 1)."""
+    if k < 1 or n < 1:
+        raise ValueError(f"need at least one point, got k={k}, n={n}")
+    alpha = 1.0 - (2.0 * np.arange(k) + 1.0) / k
+    z = np.zeros(1) if n == 1 else np.linspace(1.0, -1.0, n)
+    return alpha, z

@@ -8,6 +8,7 @@ from .base import Code
 from .berrut import BerrutCode
 from .lagrange import LagrangeCode
 from .repetition import RepetitionCode, Uncoded
+from .spline import SplineCode
 
 __all__ = ["code_class", "get_code", "register_code", "registered_codes"]
 
@@ -31,10 +32,10 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Code], dict[str, 
     if not isinstance(name, str):
         raise TypeError(f"code name must be a string, got {type(name).__name__}")
     key = name.lower().replace("_", "-")
-    if key == "systematic-berrut":
+    if key in ("systematic-berrut", "systematic-spline"):
         if not options.pop("systematic", True):
-            raise ValueError("code 'systematic-berrut' cannot take systematic=False")
-        key, options = "berrut", {"systematic": True, **options}
+            raise ValueError(f"code {key!r} cannot take systematic=False")
+        key, options = key.split("-", 1)[1], {"systematic": True, **options}
     try:
         return _REGISTRY[key], options
     except KeyError:
@@ -52,9 +53,10 @@ def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
     Parameters
     ----------
     name : str
-        One of :func:`registered_codes` (``"berrut"``, ``"lagrange"``, ``"repetition"``,
-        ``"uncoded"``), or ``"systematic-berrut"`` as a shorthand for
-        ``get_code("berrut", ..., systematic=True)``.
+        One of :func:`registered_codes` (``"berrut"``, ``"spline"``, ``"lagrange"``,
+        ``"repetition"``, ``"uncoded"``), or ``"systematic-berrut"`` /
+        ``"systematic-spline"`` as a shorthand for ``get_code("berrut", ...,
+        systematic=True)`` / ``get_code("spline", ..., systematic=True)``.
     K, N : int
         Data blocks and coded blocks (``N`` may be omitted for ``"uncoded"``).
     **options
@@ -66,5 +68,5 @@ def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
     return cls(K, N, **options)
 
 
-for _cls in (BerrutCode, LagrangeCode, RepetitionCode, Uncoded):
+for _cls in (BerrutCode, SplineCode, LagrangeCode, RepetitionCode, Uncoded):
     register_code(_cls)
