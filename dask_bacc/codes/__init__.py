@@ -12,8 +12,8 @@ from .lagrange import LagrangeCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
 from .registry import code_class, get_code, register_code, registered_codes
 from .repetition import RepetitionCode, Uncoded
-from .spline import SplineCode
 from .robust import Screening, detect_inconsistent, locate_corrupted, robust_decode
+from .spline import SplineCode
 
 __all__ = [
     "BerrutCode",
