@@ -37,14 +37,15 @@ the client.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..exceptions import InsufficientResults
-from .base import AMPLIFICATION_LIMIT, Code, as_returned
+from .base import AMPLIFICATION_LIMIT, Code, InterpolatingCode, as_returned
 from .berrut import COINCIDENCE_TOL, BerrutCode, barycentric_matrix, floater_hormann_weights
+from .transform import Transform
 
 __all__ = [
     "MAX_CALIBRATION",
@@ -213,21 +214,49 @@ def loo_matrices(
     return out[0], out[1]
 
 
-def _loo_calibration(z: np.ndarray, Y: np.ndarray, loo_points: int) -> float:
-    """sqrt(sum true LOO error^2 / sum embedded estimate^2) at interior returned points."""
+def loo_pair(
+    code: InterpolatingCode, z: np.ndarray, base: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`loo_matrices` for any interpolating code: its :meth:`interpolant` and
+    :meth:`companion` through the ``base`` points other than each target, at the target.
+    Berrut's codes take the vectorised path; others one small matrix per target."""
+    if isinstance(code, BerrutCode):
+        return loo_matrices(z, base, targets)
+    base = np.asarray(base, dtype=int)
+    P0 = np.zeros((len(targets), z.size))
+    P1 = np.zeros_like(P0)
+    for r, k in enumerate(np.asarray(targets, dtype=int)):
+        rest = base[base != k]
+        if rest.size < 2:
+            continue  # as loo_matrices: rows with fewer than 2 points left are zero
+        P0[r, rest] = code.interpolant(z[k : k + 1], z[rest])[0]
+        P1[r, rest] = code.companion(z[k : k + 1], z[rest])[0]
+    return P0, P1
+
+
+def _loo_calibration(
+    code: InterpolatingCode,
+    z: np.ndarray,
+    Y: np.ndarray,
+    out: Callable[[np.ndarray], np.ndarray],
+    loo_points: int,
+) -> float:
+    """sqrt(sum true LOO error^2 / sum embedded estimate^2) at interior returned points,
+    clipped to the code's ``calibration_range``."""
     M = z.size
     interior = np.arange(1, M - 1)
     if interior.size == 0:
         return 1.0
     if interior.size > loo_points:  # evenly spread subset: bounded cost for large N
         interior = interior[np.round(np.linspace(0, interior.size - 1, loo_points)).astype(int)]
-    P0, P1 = loo_matrices(z, np.arange(M), interior)
-    p0 = P0 @ Y
-    true2 = float(np.sum((p0 - Y[interior]) ** 2))
-    est2 = float(np.sum(((P1 - P0) @ Y) ** 2))
+    P0, P1 = loo_pair(code, z, np.arange(M), interior)
+    p0 = out(P0 @ Y)
+    true2 = float(np.sum((p0 - out(Y[interior])) ** 2))
+    est2 = float(np.sum((out(P1 @ Y) - p0) ** 2))
     if est2 <= 0.0:
         return 1.0
-    return float(np.clip(math.sqrt(true2 / est2), 1.0, MAX_CALIBRATION))
+    lo, hi = code.calibration_range
+    return float(np.clip(math.sqrt(true2 / est2), lo, hi))
 
 
 def estimate_error(
@@ -235,6 +264,7 @@ def estimate_error(
     results: np.ndarray | Sequence[np.ndarray],
     returned: Sequence[int],
     *,
+    transform: Transform | None = None,
     loo_points: int = 64,
 ) -> ErrorEstimate:
     """Estimate the relative error of ``code.decode(results, returned)``, per block and overall.
@@ -243,14 +273,20 @@ def estimate_error(
     ----------
     code : Code
         The job's code. Exact codes give 0 whenever the set is decodable (``nan``,
-        ``"ill-conditioned"``, when their decode is not exact in floating point); Berrut codes
-        (plain and systematic) use the self-calibrated embedded pair of the module
-        docstring; blocks a systematic code decodes exactly get 0.
+        ``"ill-conditioned"``, when their decode is not exact in floating point);
+        interpolating codes (Berrut, spline; plain and systematic) use the self-calibrated
+        embedded pair of the module docstring; blocks a systematic code decodes exactly
+        get 0.
     results : array, shape (len(returned), ...)
         ``results[l]`` is worker ``returned[l]``'s result, or the same linear sketch of
-        every result (e.g. :func:`count_sketch`).
+        every result (e.g. :func:`count_sketch`). With ``transform``, the transformed
+        results (or the same sample of their entries, :func:`sample_sketch`).
     returned : sequence of int
         Worker indices, in the order of ``results``.
+    transform : Transform, optional
+        The job decodes in a transformed domain: errors are measured after the inverse
+        map (on ``results[l]`` reshaped to ``results.shape[1:]``), relative to the
+        inverse-mapped decode, as the user sees them.
     loo_points : int
         At most this many interior points are left out for the calibration (cost
         ``O(loo_points * len(returned) * size)``).
@@ -264,7 +300,8 @@ def estimate_error(
     InsufficientResults
         An exact code cannot decode from ``returned``.
     """
-    idx, Y = _sorted(code, returned, np.asarray(results))
+    results = np.asarray(results)
+    idx, Y = _sorted(code, returned, results)
     K = code.K
     if code.exact or code.is_exact(idx):
         if not code.can_decode(idx):
@@ -275,23 +312,24 @@ def estimate_error(
                 math.nan, np.full(K, math.nan), "ill-conditioned", n_results=idx.size
             )
         return ErrorEstimate(0.0, np.zeros(K), "exact", n_results=idx.size)
-    if not isinstance(code, BerrutCode):
+    if not isinstance(code, InterpolatingCode):
         return ErrorEstimate(math.nan, np.full(K, math.nan), "unknown", n_results=idx.size)
+    out = _identity if transform is None else _Inverse(transform, results.shape[1:])
     z = code.worker_points[idx]
     alpha = code.data_points
-    D0 = barycentric_matrix(alpha, z, floater_hormann_weights(z, 0))
-    decoded = D0 @ Y
+    D0 = code.interpolant(alpha, z)
+    decoded = out(D0 @ Y)
     dec_norm = _norms(decoded)
     exact_rows = np.isclose(D0.max(axis=1), 1.0) & np.isclose(np.abs(D0).sum(axis=1), 1.0)
     if idx.size < MIN_RESULTS:
         per_block = np.where(exact_rows, 0.0, math.nan)
         return ErrorEstimate(math.nan, per_block, "unknown", n_results=idx.size)
-    D1 = barycentric_matrix(alpha, z, floater_hormann_weights(z, 1))
-    embedded = _norms((D1 - D0) @ Y)
-    calibration = _loo_calibration(z, Y, loo_points)
+    embedded = _norms(out(code.companion(alpha, z) @ Y) - decoded)
+    calibration = _loo_calibration(code, z, Y, out, loo_points)
     # root mean square distance of each decoded block from the returned results
-    sq = np.einsum("ij,ij->i", Y, Y)
-    cap = np.sqrt(np.maximum(sq.mean() - 2.0 * decoded @ Y.mean(axis=0) + dec_norm**2, 0.0))
+    V = out(Y)
+    sq = np.einsum("ij,ij->i", V, V)
+    cap = np.sqrt(np.maximum(sq.mean() - 2.0 * decoded @ V.mean(axis=0) + dec_norm**2, 0.0))
     scaled = calibration * embedded
     absolute = np.minimum(scaled, cap)
     absolute[exact_rows] = 0.0
@@ -304,8 +342,24 @@ def estimate_error(
     return ErrorEstimate(
         overall,
         per_block,
-        "embedded-fh1",
+        "embedded-fh1" if isinstance(code, BerrutCode) else "embedded-fh3",
         calibration=calibration,
         n_results=idx.size,
         capped=np.flatnonzero(scaled > cap).tolist(),
     )
+
+
+def _identity(V: np.ndarray) -> np.ndarray:
+    return V
+
+
+class _Inverse:
+    """Rows of flattened transformed values -> rows of flattened output values."""
+
+    def __init__(self, transform: Transform, inner: tuple[int, ...]):
+        self.transform, self.inner = transform, inner
+
+    def __call__(self, V: np.ndarray) -> np.ndarray:
+        rows = V.shape[0]
+        out = self.transform.inverse(V.reshape(rows, *self.inner))
+        return np.asarray(out, dtype=np.float64).reshape(rows, -1)
