@@ -2,7 +2,7 @@
 
 from . import config  # registers the bacc: defaults with dask.config
 from .collections import xarray as _xarray  # noqa: F401  (registers the .bacc accessor)
-from .exceptions import InsufficientResults, InvalidResult, RewriteError
+from .exceptions import ApproximationWarning, InsufficientResults, InvalidResult, RewriteError
 from .runtime import (
     CodedJob,
     FirstK,
@@ -23,6 +23,7 @@ from .runtime.worker import cancelled
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApproximationWarning",
     "CodedData",
     "CodedJob",
     "FirstK",

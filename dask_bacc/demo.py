@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,7 @@ import click
 import numpy as np
 from distributed import Client, LocalCluster
 
+from .exceptions import ApproximationWarning
 from .runtime import submit_coded
 from .stragglers import Bimodal, clear_stragglers, draw_delay, inject_stragglers, plain_task
 
@@ -269,7 +271,9 @@ def run_demo(
 
         def coded(code: str):
             job = submit_coded(mlp, X, *params, code=code, n_coded=N, n_blocks=K, client=client)
-            return job.result(), job
+            with warnings.catch_warnings():  # the demo prints each code's error itself
+                warnings.simplefilter("ignore", ApproximationWarning)
+                return job.result(), job
 
         # warm up (imports, connections, first serialisations) before any straggler
         plain(next(plain_seq))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InsufficientResults", "InvalidResult", "RewriteError"]
+__all__ = ["ApproximationWarning", "InsufficientResults", "InvalidResult", "RewriteError"]
 
 
 class InsufficientResults(RuntimeError):
@@ -21,3 +21,13 @@ class InvalidResult(ValueError):
 class RewriteError(ValueError):
     """``dask_bacc.coded`` cannot rewrite the collection: its final operation is not a map
     over chunks it can code (several chunked inputs, a reduction, a fused graph...)."""
+
+
+class ApproximationWarning(UserWarning):
+    """A decoded answer may be far from ``f`` on the uncoded blocks: its estimated relative
+    error exceeds ``bacc.warn-error``, or a ``wait=until(error=...)`` target was not met.
+
+    The answer is still returned; ``job.report`` has the figures. For an exact answer use
+    an exact code (``code="repetition"``, or ``"lagrange"`` for polynomial f), or wait for
+    every result (``wait=1.0``) with a systematic code.
+    """

@@ -254,7 +254,7 @@ async def test_adversaries_validation_before_submitting(c, s, *workers):
         await dask_bacc.submit_coded(
             np.tanh, SMOOTH, n_blocks=4, n_coded=8, adversaries=1, client=c
         )
-    with pytest.raises(ValueError, match="Berrut"):
+    with pytest.raises(ValueError, match="interpolating codes"):
         await dask_bacc.submit_coded(
             np.tanh, SMOOTH, n_blocks=2, code="repetition", adversaries=1, client=c
         )

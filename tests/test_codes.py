@@ -29,6 +29,7 @@ from dask_bacc.codes import (
     InsufficientResults,
     LagrangeCode,
     RepetitionCode,
+    SplineCode,
     Uncoded,
     get_code,
     register_code,
@@ -60,6 +61,14 @@ CODE_SPECS = [
     (BerrutCode, (4, 4), {"systematic": True}),
     (BerrutCode, (4, 9), {"systematic": True}),
     (BerrutCode, (7, 16), {"systematic": True}),
+    (SplineCode, (1, 2), {}),
+    (SplineCode, (1, 4), {"systematic": True}),
+    (SplineCode, (3, 7), {}),
+    (SplineCode, (4, 9), {"smoothing": 0.01}),
+    (SplineCode, (8, 16), {}),
+    (SplineCode, (4, 4), {"systematic": True}),
+    (SplineCode, (7, 16), {"systematic": True}),
+    (SplineCode, (5, 12), {"systematic": True, "smoothing": 0.001}),
     (LagrangeCode, (1, 2), {}),
     (LagrangeCode, (4, 6), {"degree": 1}),
     (LagrangeCode, (3, 7), {"degree": 2}),
@@ -91,7 +100,7 @@ def code(request) -> Code:
     return _build(request.param)
 
 
-EXACT_SPECS = [s for s in CODE_SPECS if s[0] is not BerrutCode]
+EXACT_SPECS = [s for s in CODE_SPECS if s[0].exact]
 
 
 @pytest.fixture(params=EXACT_SPECS, ids=_spec_id)
@@ -863,7 +872,7 @@ def test_uncoded_needs_all(rng):
 
 
 def test_registered_names():
-    assert set(registered_codes()) >= {"berrut", "lagrange", "repetition", "uncoded"}
+    assert set(registered_codes()) >= {"berrut", "spline", "lagrange", "repetition", "uncoded"}
 
 
 @pytest.mark.parametrize(
@@ -872,6 +881,9 @@ def test_registered_names():
         ("berrut", (3, 7), {}, BerrutCode, {"systematic": False}),
         ("berrut", (3, 7), {"systematic": True}, BerrutCode, {"systematic": True}),
         ("systematic-berrut", (3, 7), {}, BerrutCode, {"systematic": True}),
+        ("spline", (3, 7), {}, SplineCode, {"systematic": False, "smoothing": 0.0}),
+        ("systematic-spline", (3, 7), {}, SplineCode, {"systematic": True}),
+        ("systematic_spline", (3, 7), {"smoothing": 0.5}, SplineCode, {"smoothing": 0.5}),
         ("lagrange", (3, 7), {"degree": 3}, LagrangeCode, {"degree": 3}),
         ("lagrange", (3, 7), {}, LagrangeCode, {"degree": 1}),
         ("repetition", (3, 7), {}, RepetitionCode, {}),

@@ -55,6 +55,9 @@ __all__ = [
     "count_sketch",
     "estimate_error",
     "floater_hormann_weights",
+    "loo_pair",
+    "sample_sketch",
+    "sketch",
 ]
 
 #: The leave-one-out calibration factor is clipped to ``[1, MAX_CALIBRATION]``.
@@ -148,6 +151,37 @@ def count_sketch(
         slots = rng.integers(0, 2 * size, part.size, dtype=np.int64)  # bucket * 2 + sign bit
         out += np.bincount(slots, weights=part, minlength=2 * size)
     return out[0::2] - out[1::2]
+
+
+def sample_sketch(array: np.ndarray, size: int = 256, seed: int = 0) -> np.ndarray:
+    """The same whole rows (last axis) of every equal-shape result, about ``size`` entries.
+
+    Unlike :func:`count_sketch` a sample commutes with elementwise and row-wise maps, so
+    the error of a decode in a transformed domain can be measured after the inverse map
+    (``estimate_error(transform=...)``). Rows are drawn without replacement from ``seed``
+    and the shape only; returns shape ``(rows, width)`` (the whole array, as rows, when
+    it has at most that many).
+    """
+    arr = np.asarray(array)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"can only sketch real numeric arrays, got dtype {arr.dtype}")
+    rows = arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr.reshape(1, 1)
+    n, width = rows.shape
+    take = max(1, size // max(width, 1))
+    if n > take:
+        pick = np.random.default_rng([seed, n, width]).choice(n, take, replace=False)
+        rows = rows[np.sort(pick)]
+    return rows.astype(np.float64)
+
+
+def sketch(
+    array: np.ndarray, size: int = 256, seed: int = 0, transform: Transform | None = None
+) -> np.ndarray:
+    """The sketch :func:`estimate_error` needs: a count sketch, or with ``transform`` a
+    row sample (:func:`sample_sketch`)."""
+    if transform is None:
+        return count_sketch(array, size, seed)
+    return sample_sketch(array, size, seed)
 
 
 def _sorted(code: Code, returned: Sequence[int], results: np.ndarray):

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.polynomial import chebyshev
 
-from .base import Code
+from .base import Code, InterpolatingCode
 from .berrut import BerrutCode
-from .estimate import MAX_CALIBRATION, _sorted, loo_matrices
+from .estimate import MAX_CALIBRATION, _sorted, loo_matrices, loo_pair
 
 __all__ = [
     "DEFAULT_TAU",
@@ -83,9 +83,12 @@ class Screening:
     candidates: list[int] = field(default_factory=list)
 
 
-def _check_berrut(code: Code, what: str) -> None:
-    if not isinstance(code, BerrutCode):
-        raise TypeError(f"{what} is implemented for the Berrut codes, not {type(code).__name__}")
+def _check_interpolating(code: Code, what: str) -> None:
+    if not isinstance(code, InterpolatingCode):
+        raise TypeError(
+            f"{what} is implemented for the interpolating codes (Berrut, spline), "
+            f"not {type(code).__name__}"
+        )
 
 
 def approxifer_votes(
@@ -117,7 +120,11 @@ def approxifer_votes(
 
 
 def loo_consistency(
-    z: np.ndarray, Y: np.ndarray, exclude: Sequence[int] = (), residuals: bool = False
+    z: np.ndarray,
+    Y: np.ndarray,
+    exclude: Sequence[int] = (),
+    residuals: bool = False,
+    code: InterpolatingCode | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Leave-one-out ratio ``t_l`` of every point, predicting only from points not excluded.
 
@@ -131,7 +138,8 @@ def loo_consistency(
     the others: their ratio is divided by :data:`END_FACTOR` as well. With ``residuals``
     also return the residuals ``||r1(z_l) - y_l||`` of the degree-1 Floater-Hormann
     prediction (Berrut's own residuals jump with the parity of the number of points: its
-    first-order error term is proportional to ``sum_l (-1)^l``).
+    first-order error term is proportional to ``sum_l (-1)^l``). With ``code``, its
+    interpolant and companion take the places of Berrut's and Floater-Hormann's.
     """
     M = z.size
     k = np.arange(M)
@@ -140,7 +148,7 @@ def loo_consistency(
     in_base = np.isin(k, base)
     count = base.size - in_base  # predicting points of each k
     valid = count >= 2
-    P0, P1 = loo_matrices(z, base, k)
+    P0, P1 = loo_matrices(z, base, k) if code is None else loo_pair(code, z, base, k)
     p0, p1 = P0 @ Y, P1 @ Y
     # root mean square distance of each k's predicting points from its prediction
     sq = np.einsum("ij,ij->i", Y, Y)
@@ -171,11 +179,13 @@ def _sqnorm(M: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", M, M)
 
 
-def _greedy(z: np.ndarray, Y: np.ndarray, rounds: int, tau: float) -> list[int]:
+def _greedy(
+    z: np.ndarray, Y: np.ndarray, rounds: int, tau: float, code: InterpolatingCode | None
+) -> list[int]:
     """Remove the least consistent point while its ratio exceeds ``tau``, ``rounds`` times."""
     out: list[int] = []
     for _ in range(rounds):
-        t = loo_consistency(z, Y, out)
+        t = loo_consistency(z, Y, out, code=code)
         t[out] = -1.0
         i = int(np.argmax(t))
         if t[i] <= tau:
@@ -185,7 +195,12 @@ def _greedy(z: np.ndarray, Y: np.ndarray, rounds: int, tau: float) -> list[int]:
 
 
 def _confirm(
-    z: np.ndarray, Y: np.ndarray, candidates: Sequence[int], limit: int, tau: float
+    z: np.ndarray,
+    Y: np.ndarray,
+    candidates: Sequence[int],
+    limit: int,
+    tau: float,
+    code: InterpolatingCode | None,
 ) -> tuple[list[int], dict[int, float]]:
     """The candidates to exclude (at most ``limit``), and every candidate's ratio.
 
@@ -198,10 +213,10 @@ def _confirm(
     candidates = sorted(set(int(c) for c in candidates))
     if not candidates:
         return [], {}
-    _, rho0 = loo_consistency(z, Y, residuals=True)
+    _, rho0 = loo_consistency(z, Y, residuals=True, code=code)
     excluded = candidates
     for _ in range(3):  # without every candidate, then without those still inconsistent
-        t = loo_consistency(z, Y, excluded)
+        t = loo_consistency(z, Y, excluded, code=code)
         strong = [c for c in candidates if t[c] > tau]
         if strong == excluded:
             break
@@ -209,7 +224,7 @@ def _confirm(
     scores = {c: float(t[c]) for c in candidates}
     chosen = sorted((c for c in candidates if t[c] > tau), key=lambda c: -t[c])[:limit]
     while chosen:
-        _, rho = loo_consistency(z, Y, chosen, residuals=True)
+        _, rho = loo_consistency(z, Y, chosen, residuals=True, code=code)
         rest = np.setdiff1d(np.arange(z.size), chosen)
         if float(np.sum(rho[rest] ** 2)) < float(np.sum(rho0[rest] ** 2)):
             break
@@ -226,12 +241,16 @@ def locate_corrupted(
     tau: float = DEFAULT_TAU,
     max_coords: int = 64,
 ) -> Screening:
-    """Find up to ``adversaries`` corrupted results among ``returned`` (Berrut codes).
+    """Find up to ``adversaries`` corrupted results among ``returned`` (interpolating codes).
+
+    ApproxIFER's rational locator proposes candidates for the Berrut codes only (its
+    model is Berrut's rational encoder); for the others the greedy leave-one-out test
+    proposes ``2A`` rounds of them. Confirmation is the same for every code.
 
     Parameters
     ----------
-    code : BerrutCode
-        The job's code (plain or systematic).
+    code : InterpolatingCode
+        The job's code (Berrut or spline, plain or systematic).
     results : array, shape (len(returned), ...)
         The results, or the same linear sketch of each (e.g.
         :func:`dask_bacc.codes.estimate.count_sketch`).
@@ -248,7 +267,7 @@ def locate_corrupted(
         ``flagged`` holds the worker indices to exclude (at most A; empty when nothing is
         inconsistent).
     """
-    _check_berrut(code, "robust decoding")
+    _check_interpolating(code, "robust decoding")
     idx, Y = _sorted(code, returned, np.asarray(results))
     A = int(adversaries)
     if A < 1:
@@ -260,10 +279,14 @@ def locate_corrupted(
             f"{need} results, got {idx.size}"
         )
     z = code.worker_points[idx]
-    votes = approxifer_votes(z, Y, code.K, A, max_coords)
-    candidates = set(np.argsort(-votes, kind="stable")[: 2 * A].tolist())
-    candidates |= set(_greedy(z, Y, A, tau))
-    flagged, scores = _confirm(z, Y, candidates, A, tau)
+    how = _loo_code(code)
+    if isinstance(code, BerrutCode):
+        votes = approxifer_votes(z, Y, code.K, A, max_coords)
+        candidates = set(np.argsort(-votes, kind="stable")[: 2 * A].tolist())
+        candidates |= set(_greedy(z, Y, A, tau, how))
+    else:
+        candidates = set(_greedy(z, Y, 2 * A, tau, how))
+    flagged, scores = _confirm(z, Y, candidates, A, tau, how)
     return Screening(
         flagged=[int(idx[i]) for i in flagged],
         scores={int(idx[i]): s for i, s in scores.items()},
@@ -283,22 +306,28 @@ def detect_inconsistent(
 
     The leave-one-out test of :func:`locate_corrupted` without ApproxIFER's locator and
     without its requirement on the number of results (at least 4 are needed). Returns an
-    empty screening for codes other than Berrut's.
+    empty screening for codes that do not interpolate (exact codes).
     """
-    if not isinstance(code, BerrutCode):
+    if not isinstance(code, InterpolatingCode):
         return Screening()
     idx, Y = _sorted(code, returned, np.asarray(results))
     if idx.size < 4:
         return Screening()
     z = code.worker_points[idx]
     rounds = min(int(max_flags), idx.size - 3)
-    candidates = _greedy(z, Y, rounds, tau)
-    flagged, scores = _confirm(z, Y, candidates, rounds, tau)
+    how = _loo_code(code)
+    candidates = _greedy(z, Y, rounds, tau, how)
+    flagged, scores = _confirm(z, Y, candidates, rounds, tau, how)
     return Screening(
         flagged=[int(idx[i]) for i in flagged],
         scores={int(idx[i]): s for i, s in scores.items()},
         candidates=sorted(int(idx[i]) for i in candidates),
     )
+
+
+def _loo_code(code: InterpolatingCode) -> InterpolatingCode | None:
+    """None selects Berrut's vectorised leave-one-out matrices."""
+    return None if isinstance(code, BerrutCode) else code
 
 
 def robust_decode(

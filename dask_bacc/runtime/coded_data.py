@@ -33,6 +33,7 @@ from distributed import default_client
 
 from .. import config
 from ..codes import Code
+from ..codes.transform import Transform, get_transform
 from . import keys
 from .graph import TaskSpec, submit_graph
 from .job import CodedJob
@@ -107,24 +108,33 @@ class CodedData:
         timeout: float | None = None,
         combine: str = "auto",
         meta: Any = None,
+        transform: Any = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``func`` on every coded share; decode and return the output.
 
         Same semantics, report and errors as :func:`dask_bacc.map_coded` on the data
-        that was encoded; ``args``/``kwargs`` larger than ``bacc.args-inline-limit`` are
-        sent once per call. With an asynchronous client, returns an awaitable.
+        that was encoded (``transform=`` included); ``args``/``kwargs`` larger than
+        ``bacc.args-inline-limit`` are sent once per call. With an asynchronous client,
+        returns an awaitable.
         """
         job = self.submit(
-            func, *args, wait=wait, timeout=timeout, combine=combine, meta=meta, **kwargs
+            func,
+            *args,
+            wait=wait,
+            timeout=timeout,
+            combine=combine,
+            meta=meta,
+            transform=transform,
+            **kwargs,
         )
         if self.client.asynchronous:
 
             async def run() -> Any:
-                return await (await job)._result()
+                return await (await job)._result_warn()
 
             return run()
-        return job.result()
+        return job._result_sync(None, stacklevel=3)
 
     def submit(
         self,
@@ -134,12 +144,14 @@ class CodedData:
         timeout: float | None = None,
         combine: str = "auto",
         meta: Any = None,
+        transform: Any = None,
         **kwargs: Any,
     ) -> Any:
         """Like :meth:`map`, but return the :class:`~dask_bacc.CodedJob` at once."""
         if self._released:
             raise RuntimeError("this CodedData was released; encode the data again")
         _check_common(func, self.code, None, timeout, None)
+        transform = get_transform(transform)
         from ..collections.base import COMBINE_CHOICES
 
         if combine not in COMBINE_CHOICES:
@@ -154,7 +166,15 @@ class CodedData:
             blocks = copy.copy(blocks)  # this call's output template only
             blocks.meta = meta
         return self.client.sync(
-            self._submit, func, args, kwargs, policy, timeout, combine, copy.copy(blocks)
+            self._submit,
+            func,
+            args,
+            kwargs,
+            policy,
+            timeout,
+            combine,
+            copy.copy(blocks),
+            transform,
         )
 
     async def _submit(
@@ -166,6 +186,7 @@ class CodedData:
         timeout: float | None,
         combine: str,
         blocks: Any,
+        transform: Transform | None = None,
     ) -> CodedJob:
         last = self._last() if self._last is not None else None
         if last is not None and last._task is not None and not last._task.done():
@@ -184,6 +205,7 @@ class CodedData:
             combine,
             placement,
             launch=SharedLaunch(self),
+            transform=transform,
         )
         job.report.rerouted = rerouted
         await job._submit()

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import config
 from ..codes import Code, code_class
+from ..codes.transform import get_transform
 from ..collections.rewrite import MapCall, find_map
 from ..diagnostics.monitor import _jsonable
 from ..exceptions import RewriteError
@@ -49,6 +50,7 @@ def coded(
     timeout: float | None = None,
     code_options: dict[str, Any] | None = None,
     adversaries: int | None = None,
+    transform: Any = None,
     fallback: str = "raise",
 ) -> Any:
     """Rewrite a lazy map over chunks to run as a coded job; return the same kind of collection.
@@ -62,10 +64,11 @@ def coded(
         first dimension only), or ``xr.map_blocks(f, obj)`` (one DataArray/Dataset
         chunked along one dimension; ``f`` then sees what ``map_coded(f, obj, dim=...)``
         gives it).
-    code, n_coded, wait, timeout, code_options, adversaries
-        As in :func:`dask_bacc.map_coded` (``wait=dask_bacc.until(error=...)`` and
-        Byzantine-robust decoding included). The ``bacc.*`` configuration is read here, on
-        the client, and applied in the driver task.
+    code, n_coded, wait, timeout, code_options, adversaries, transform
+        As in :func:`dask_bacc.map_coded` (``wait=dask_bacc.until(error=...)``,
+        Byzantine-robust decoding and decoding in a transformed domain included). The
+        ``bacc.*`` configuration is read here, on the client, and applied in the driver
+        task.
     fallback : {"raise", "plain"}
         What to do when the final operation cannot be rewritten: raise
         :class:`dask_bacc.RewriteError` (default), or return
@@ -105,7 +108,8 @@ def coded(
     if code is None:
         code = config.get("code", "berrut")
     _check_common(call.func, code, n_coded, timeout, code_options)
-    exact_dtypes = _keeps_dtype(code)
+    # decoded through a transform's inverse: float, as for the approximate codes
+    exact_dtypes = _keeps_dtype(code) and transform is None
     options = {
         "code": code,
         "n_coded": n_coded,
@@ -113,6 +117,7 @@ def coded(
         "timeout": timeout,
         "code_options": code_options,
         "adversaries": check_adversaries(adversaries),
+        "transform": get_transform(transform),
     }
     settings = _bacc_settings()
     import dask

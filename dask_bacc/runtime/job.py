@@ -27,6 +27,7 @@ import itertools
 import re
 import time
 import uuid
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from distributed import as_completed
 
 from .. import config, diagnostics
 from ..codes import Code
+from ..codes.transform import Transform
 from ..collections import Blocks
 from ..exceptions import InsufficientResults
 from . import keys
@@ -132,6 +134,7 @@ class CodedJob:
         combine: str,
         workers: list[str],
         launch: Launch | None = None,
+        transform: Transform | None = None,
     ):
         self.client = client
         self.launch = launch if launch is not None else CodedLaunch()
@@ -140,6 +143,11 @@ class CodedJob:
         self.code = code
         self.blocks = blocks
         self.func = blocks.wrap(func, args, kwargs)  # what runs on a coded share
+        #: decode ``transform.forward`` of the results (computed in the eval tasks), then
+        #: map the decoded blocks back with ``transform.inverse``
+        self.transform = transform
+        if transform is not None:
+            self.func = transform.after(self.func)
         self.args = args
         self.kwargs = kwargs
         self.policy = policy
@@ -155,6 +163,7 @@ class CodedJob:
             N=code.N,
             wait_target=policy.target(code),
             workers=list(workers),
+            transform=None if transform is None else transform.name,
         )
         self.decider = Decider(code, policy, timeout)
         self._start = time.perf_counter()
@@ -172,6 +181,7 @@ class CodedJob:
         self._done_event = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._ac: as_completed | None = None
+        self._warnings: list[Warning] = []  # emitted where the result is taken
         self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
 
     # -- user API --------------------------------------------------------------------
@@ -189,19 +199,38 @@ class CodedJob:
             An interrupt (``KeyboardInterrupt``: Ctrl-C, a notebook's stop button)
             cancels the job.
         """
+        return self._result_sync(timeout, stacklevel=3)
+
+    def _result_sync(self, timeout: float | None, stacklevel: int) -> Any:
         try:
-            return self.client.sync(self._result, callback_timeout=timeout)
+            out = self.client.sync(self._result, callback_timeout=timeout)
         except KeyboardInterrupt:
             with contextlib.suppress(Exception):
                 self.cancel()
             raise
+        self._emit(stacklevel)
+        return out
+
+    def warn(self, warning: Warning) -> None:
+        """Queue a warning about the answer, emitted (once) where the result is taken."""
+        self._warnings.append(warning)
+
+    def _emit(self, stacklevel: int) -> None:
+        queued, self._warnings = self._warnings, []
+        for w in queued:
+            warnings.warn(w, stacklevel=stacklevel + 1)
+
+    async def _result_warn(self) -> Any:
+        out = await self._result()
+        self._emit(2)
+        return out
 
     def cancel(self) -> None:
         """Stop the job: cancel its tasks; :meth:`result` then raises ``CancelledError``."""
         return self.client.sync(self._cancel)
 
     def __await__(self):
-        return self._result().__await__()
+        return self._result_warn().__await__()
 
     def __repr__(self) -> str:
         status = self.report.status
@@ -437,6 +466,8 @@ class CodedJob:
 
     def _out_dtype(self, dtype: str) -> np.dtype:
         out = np.dtype(dtype)
+        if self.transform is not None:  # what the inverse map gives, in float
+            return out if out.kind == "f" else np.dtype(np.float64)
         if not self.code.keeps_dtype and out.kind != "f":
             out = np.dtype(np.float64)
         return out
@@ -478,6 +509,8 @@ class CodedJob:
         if self._reject(used, specs):
             return _NOTHING
         decoded = self.code.decode(np.stack([self._values[i] for i in used]), used)
+        if self.transform is not None:
+            decoded = self.transform.inverse(decoded)
         shape, dtype = specs[0]
         out_dtype = self._out_dtype(dtype)
         values = list(decoded.astype(out_dtype, copy=False))
@@ -497,7 +530,7 @@ class CodedJob:
             TaskSpec(
                 stack_key,
                 stack_decode_task,
-                (D, sketch, *[self._evals[i] for i in used]),
+                (D, sketch, self.transform, *[self._evals[i] for i in used]),
                 workers=near,
                 loose=True,
                 keep=False,

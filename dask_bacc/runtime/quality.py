@@ -20,16 +20,16 @@ import asyncio
 import dataclasses
 import math
 import numbers
-import warnings
 import weakref
 from typing import Any
 
 import numpy as np
 
 from .. import config
-from ..codes import BerrutCode, Code
-from ..codes.estimate import ErrorEstimate, count_sketch, estimate_error
+from ..codes import Code, InterpolatingCode
+from ..codes.estimate import ErrorEstimate, estimate_error, sketch
 from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
+from ..exceptions import ApproximationWarning
 from . import keys
 from .wait import FirstK, UntilError, WaitPolicy
 from .worker import sketch_task
@@ -55,6 +55,7 @@ class JobQuality:
         # behind it) alive until the cyclic garbage collector runs
         self._job = weakref.ref(job)
         self.code = job.code
+        self.transform = job.transform
         self.adaptive = isinstance(job.policy, UntilError) and not self.code.exact
         self.size = int(config.get("accuracy.sketch", 256))
         self.tau = float(config.get("accuracy.tau", 4.0))
@@ -100,6 +101,7 @@ class JobQuality:
             fut,
             self.size,
             self.seed,
+            self.transform,
             key=keys.sketch_key(job.token, i),
             workers=[job.workers[i]],
             allow_other_workers=True,
@@ -126,7 +128,9 @@ class JobQuality:
             await job.gather_values([i for i in indices if i not in self._sketches])
             for i in indices:
                 if i not in self._sketches and i in job._values:
-                    self._sketches[i] = count_sketch(job._values[i], self.size, self.seed)
+                    self._sketches[i] = sketch(
+                        job._values[i], self.size, self.seed, self.transform
+                    )
             return
         want = {
             i: self._futures[i]
@@ -154,9 +158,9 @@ class JobQuality:
         have = [i for i in indices if self._sketches.get(i) is not None]
         if not have:
             return [], None
-        lengths = [self._sketches[i].size for i in have]
+        lengths = [self._sketches[i].shape for i in have]
         common = max(set(lengths), key=lengths.count)
-        have = [i for i in have if self._sketches[i].size == common]
+        have = [i for i in have if self._sketches[i].shape == common]
         return have, np.stack([self._sketches[i] for i in have])
 
     # -- adaptive waiting ----------------------------------------------------------------
@@ -173,7 +177,7 @@ class JobQuality:
         if len(have) < floor or key == self._estimated:
             return
         self._estimated = key
-        self.last = estimate_error(self.code, Y, have)
+        self.last = estimate_error(self.code, Y, have, transform=self.transform)
         self.job.report.estimates.append([len(have), _num(self.last.overall)])
 
     def target_met(self, usable: list[int]) -> bool:
@@ -220,7 +224,7 @@ class JobQuality:
             if len(have) != len(used):
                 rep.estimate_method = "unknown"
                 return
-            estimate = estimate_error(self.code, Y, have)
+            estimate = estimate_error(self.code, Y, have, transform=self.transform)
             if not self.adversaries:
                 found = detect_inconsistent(self.code, Y, have, tau=self.tau)
                 rep.suspects = found.flagged
@@ -228,15 +232,48 @@ class JobQuality:
         rep.error_estimate = _num(estimate.overall)
         rep.block_errors = [_num(x) for x in estimate.per_block]
         rep.estimate_method = estimate.method
+        self._warn(estimate, used)
+
+    def _warn(self, estimate: ErrorEstimate, used: list[int]) -> None:
+        """Queue the warnings the decode deserves (the job emits them in the caller's
+        thread when its result is taken)."""
+        job, rep = self.job, self.job.report
         if estimate.method == "ill-conditioned":
-            warnings.warn(
-                f"{self.code!r} decoded from {len(used)} results whose points are badly "
-                f"spread (stragglers next to each other): the decode amplifies rounding "
-                f"errors by {self.code.amplification(used):.2g}, so the result may be far "
-                "from exact (report.error_estimate is None). Wait for more results, use a "
-                "smaller K, or a Berrut code.",
-                RuntimeWarning,
-                stacklevel=2,
+            job.warn(
+                RuntimeWarning(
+                    f"{self.code!r} decoded from {len(used)} results whose points are badly "
+                    f"spread (stragglers next to each other): the decode amplifies rounding "
+                    f"errors by {self.code.amplification(used):.2g}, so the result may be far "
+                    "from exact (report.error_estimate is None). Wait for more results, use "
+                    "a smaller K, or a Berrut code."
+                )
+            )
+            return
+        if self.code.exact:
+            return
+        overall = estimate.overall
+        how = (
+            "for an exact answer use code='repetition' (or 'lagrange' for a polynomial f), "
+            "or a systematic code with wait=1.0; to get closer, raise n_coded or wait"
+        )
+        if isinstance(job.policy, UntilError) and not overall <= job.policy.error:
+            job.warn(
+                ApproximationWarning(
+                    f"wait=until(error={job.policy.error:g}) was not met: decoded from "
+                    f"{len(used)} of N={self.code.N} results ({rep.trigger}) with an "
+                    f"estimated relative error of {_fmt(overall)}; {how}"
+                )
+            )
+            return
+        limit = config.get("warn-error", 0.1)
+        if limit is not None and math.isfinite(overall) and overall > float(limit):
+            job.warn(
+                ApproximationWarning(
+                    f"the decoded answer of {self.code!r} has an estimated relative error of "
+                    f"{_fmt(overall)} (above bacc.warn-error={float(limit):g}), from "
+                    f"{len(used)} of N={self.code.N} results; {how}. report.block_errors "
+                    "has the figure per block."
+                )
             )
 
     def release(self) -> list[Any]:
@@ -244,6 +281,10 @@ class JobQuality:
         pending = [f for f in self._futures.values() if f.status == "pending"]
         self._futures.clear()
         return pending
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else "unknown"
 
 
 def _seconds(value: Any) -> float:
@@ -287,10 +328,10 @@ def robust_policy(code: Code, policy: WaitPolicy, explicit: bool, adversaries: i
     per straggler to tolerate, ``N >= 2K + S + 2A - 1``) and the wait must collect that
     many. A default wait is raised to it; an explicit one that waits for fewer is an error.
     """
-    if not isinstance(code, BerrutCode):
+    if not isinstance(code, InterpolatingCode):
         raise ValueError(
-            f"adversaries= is implemented for the Berrut codes (berrut, systematic-berrut), "
-            f"not {type(code).__name__}"
+            "adversaries= is implemented for the interpolating codes (berrut, spline and "
+            f"their systematic variants), not {type(code).__name__}"
         )
     need = required_results(code.K, adversaries)
     if code.N < need:

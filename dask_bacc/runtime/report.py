@@ -66,7 +66,8 @@ class JobReport:
     block_errors : list of float or None
         The same per decoded block (``None`` entries: unknown).
     estimate_method : str or None
-        ``"exact"``, ``"embedded-fh1"`` (Berrut codes) or ``"unknown"``.
+        ``"exact"``, ``"embedded-fh1"`` (Berrut codes), ``"embedded-fh3"`` (spline
+        codes), ``"ill-conditioned"`` or ``"unknown"``.
     estimates : list of [int, float]
         Adaptive waiting (``dask_bacc.until``): each estimate computed while waiting, as
         ``[number of results, estimated error]``.
@@ -80,6 +81,8 @@ class JobReport:
     consistency : dict of int to float
         Leave-one-out consistency ratio of the results the screening looked at closely
         (about 1 for consistent results; above ``bacc.accuracy.tau`` is flagged).
+    transform : str or None
+        Name of the transform the job decoded in (``transform=``), if any.
     """
 
     token: str
@@ -111,6 +114,7 @@ class JobReport:
     excluded: list[int] = field(default_factory=list)
     suspects: list[int] = field(default_factory=list)
     consistency: dict[int, float] = field(default_factory=dict)
+    transform: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""

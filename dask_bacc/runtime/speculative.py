@@ -130,6 +130,7 @@ def speculative_job(
     timeout: float | None,
     combine: str,
     workers: list[str],
+    transform: Any = None,
 ) -> CodedJob:
     """A job of K uncoded tasks with speculative backup copies (``code="speculative"``).
 
@@ -150,6 +151,7 @@ def speculative_job(
         combine,
         workers,
         launch=SpeculativeLaunch(speculation),
+        transform=transform,
     )
     job.report.code = {"name": "speculative", "K": K, **asdict(speculation)}
     job.report.N = K

@@ -12,6 +12,7 @@ from distributed import default_client
 
 from .. import config
 from ..codes import Code, get_code
+from ..codes.transform import Transform, get_transform
 from ..collections import adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
 from .job import CodedJob
@@ -133,6 +134,7 @@ async def _submit(
     progress: bool | None = None,
     adversaries: int = 0,
     avoid: tuple[str, ...] = (),
+    transform: Transform | None = None,
 ) -> CodedJob:
     workers, n_workers = await _live_workers(client)
     if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
@@ -163,6 +165,7 @@ async def _submit(
             timeout,
             combine,
             speculative_placement(workers, data_blocks.K),
+            transform=transform,
         )
     else:
         if adversaries and n_coded is None and isinstance(code, str):
@@ -175,7 +178,17 @@ async def _submit(
             policy = robust_policy(coder, policy, wait is not None, adversaries)
         placement = _place(workers, coder.N, avoid)
         job = CodedJob(
-            client, coder, data_blocks, func, args, kwargs, policy, timeout, combine, placement
+            client,
+            coder,
+            data_blocks,
+            func,
+            args,
+            kwargs,
+            policy,
+            timeout,
+            combine,
+            placement,
+            transform=transform,
         )
     job.progress = progress
     job.adversaries = job.report.adversaries = adversaries
@@ -213,6 +226,7 @@ def submit_coded(
     dim: str | None = None,
     progress: bool | None = None,
     adversaries: int | None = None,
+    transform: Any = None,
     **kwargs: Any,
 ) -> CodedJob:
     """Start a coded map of ``func`` over the blocks of ``data``; return at once.
@@ -224,6 +238,7 @@ def submit_coded(
         code = config.get("code", "berrut")
     _check_common(func, code, n_coded, timeout, code_options)
     adversaries = check_adversaries(adversaries)
+    transform = get_transform(transform)
     if combine not in COMBINE_CHOICES:
         raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     client = client if client is not None else default_client()
@@ -246,6 +261,7 @@ def submit_coded(
         progress=progress,
         adversaries=adversaries,
         avoid=AVOID_WORKERS.get(),
+        transform=transform,
     )
 
 
@@ -267,6 +283,7 @@ def map_coded(
     dim: str | None = None,
     progress: bool | None = None,
     adversaries: int | None = None,
+    transform: Any = None,
     **kwargs: Any,
 ) -> Any:
     """Map ``func`` over the blocks of ``data`` with coded computing; return the decoded output.
@@ -330,6 +347,13 @@ def map_coded(
         to that, an explicit one that is too small is a ``ValueError``. Without it,
         inconsistent results are only reported (``report.suspects``). See
         ``docs/accuracy.md``.
+    transform : str, (forward, inverse) or Transform, optional
+        Decode in a transformed domain: ``forward`` runs on each coded result inside its
+        task, the code decodes the transformed results and ``inverse`` maps each decoded
+        block back (``inverse(decode(forward(results)))``). Presets: ``"log"`` (for
+        positive outputs such as probabilities) and ``"log-probabilities"`` (also
+        renormalises each row, the last axis, to sum to 1). Exact codes stay exact up to
+        rounding. See :func:`dask_bacc.codes.get_transform` and ``docs/accuracy.md``.
 
     Returns
     -------
@@ -368,13 +392,14 @@ def map_coded(
         dim=dim,
         progress=progress,
         adversaries=adversaries,
+        transform=transform,
         **kwargs,
     )
     if client.asynchronous:
 
         async def run() -> Any:
             job = await job_or_coro
-            return await job._result()
+            return await job._result_warn()
 
         return run()
-    return job_or_coro.result()
+    return job_or_coro._result_sync(None, stacklevel=3)

@@ -182,8 +182,9 @@ def _check_grace(grace: float) -> None:
 def resolve_wait(wait: int | float | WaitPolicy | None, code: Code) -> WaitPolicy:
     """Turn the user's ``wait=`` into a policy and check that ``code`` can decode from it.
 
-    Defaults: the Berrut code waits for ``bacc.wait.berrut`` (a fraction of N, 0.75 out of
-    the box), then keeps collecting for ``bacc.wait.grace`` (0.2) times the time that took;
+    Defaults: an approximate code waits for ``bacc.wait.<name>`` (Berrut and spline: a
+    fraction of N, 0.75 out of the box), then keeps collecting for ``bacc.wait.grace``
+    (0.2) times the time that took;
     exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``;
     repetition: a copy of every block; uncoded: all K). An explicit ``wait=k`` or
     ``wait=fraction`` has no grace; pass ``FirstK(k, grace=...)`` for one.

@@ -397,17 +397,20 @@ def consistent(specs: Sequence[tuple[tuple[int, ...], str]]) -> tuple[Any, list[
     return expected, [p for p, s in enumerate(specs) if s != expected]
 
 
-def sketch_task(result: np.ndarray | None, size: int, seed: int) -> np.ndarray | None:
-    """A norm-preserving linear sketch of one coded result (``codes.estimate.count_sketch``).
+def sketch_task(
+    result: np.ndarray | None, size: int, seed: int, transform: Any = None
+) -> np.ndarray | None:
+    """The sketch of one coded result the error estimate needs (``codes.estimate.sketch``:
+    a count sketch, or a row sample for a job decoding in a transformed domain).
 
     Used only by adaptive (``until``) and robust (``adversaries=``) jobs whose results stay
     on the cluster: they need sketches before the decode.
     """
     if result is None:  # the eval returned at once: its job had already decoded
         return None
-    from ..codes.estimate import count_sketch
+    from ..codes.estimate import sketch
 
-    return count_sketch(result, size, seed)
+    return sketch(result, size, seed, transform)
 
 
 @dataclass
@@ -419,9 +422,10 @@ class Decoded:
 
 
 def stack_decode_task(
-    D: np.ndarray, sketch: tuple[int, int] | None, *results: np.ndarray
+    D: np.ndarray, sketch: tuple[int, int] | None, transform: Any, *results: np.ndarray
 ) -> Decoded:
-    """All K decoded blocks from the used results: one tiled matrix product ``D @ results``.
+    """All K decoded blocks from the used results: one tiled matrix product ``D @ results``
+    (then ``transform.inverse`` when the job decodes in a transformed domain).
 
     Checks first that the results agree in shape and dtype (``InconsistentResults``
     otherwise), and sketches each result when ``sketch = (size, seed)`` is given, so the
@@ -438,13 +442,15 @@ def stack_decode_task(
         )
     dtype = np.dtype(expected[1])
     blocks = matmul_tiled(D, results)
-    if dtype.kind != "f" and np.all(D == np.round(D)):
+    if transform is not None:
+        blocks = transform.inverse(blocks)
+    elif dtype.kind != "f" and np.all(D == np.round(D)):
         blocks = blocks.astype(dtype)  # exact copies (repetition): keep integer dtypes
     sketches = None
     if sketch is not None:
-        from ..codes.estimate import count_sketch
+        from ..codes.estimate import sketch as sketch_of
 
-        sketches = [count_sketch(r, sketch[0], sketch[1]) for r in results]
+        sketches = [sketch_of(r, sketch[0], sketch[1], transform) for r in results]
     return Decoded(blocks, {"shape": expected[0], "dtype": expected[1], "sketches": sketches})
 
 
