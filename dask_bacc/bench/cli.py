@@ -229,6 +229,14 @@ def _wait(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     help="--accuracy: every straggler count S in 0..N-K, 10 trials a cell (default: S = 0, "
     "1 and the quarters of N-K, 6 trials).",
 )
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="--accuracy: the code comparison instead (Berrut, spline, their systematic variants "
+    "and repetition, with and without the log transforms; K=8, N=16,32, s=1,2,4,7, 50 "
+    "straggler sets a cell; digits and tanh tasks; convergence in N); writes "
+    "compare.json/.md and PNGs into --out.",
+)
 @click.pass_context
 def bench(
     ctx: click.Context,
@@ -261,6 +269,7 @@ def bench(
     progress: bool,
     accuracy: bool,
     full: bool,
+    compare: bool,
 ) -> None:
     """Benchmark coded computing against plain Dask, speculation and the other codes.
 
@@ -274,6 +283,8 @@ def bench(
     The defaults are the reference bench: K=16, N=32, 32 in-process workers, base task
     0.2 s, each task 10x slower with probability 0.1, 30 jobs.
     """
+    if compare:
+        return _compare(seed, out, progress)
     if accuracy:
         given = ctx.get_parameter_source("K") is not click.core.ParameterSource.DEFAULT
         return _accuracy(K if given else None, full, seed, out, progress)
@@ -333,6 +344,20 @@ def _accuracy(K: tuple[int, ...] | None, full: bool, seed: int, out: Path, progr
     result = run_accuracy(config, progress=progress)
     click.echo(accuracy_markdown(result, cells_table=False), nl=False)
     paths = write_accuracy(result, out)
+    files = [paths["json"], paths["markdown"], *paths["plots"]]
+    click.echo("wrote " + ", ".join(str(f) for f in files), err=True)
+    for name, why in config.skipped.items():
+        click.echo(f"note: {name} skipped: {why}", err=True)
+
+
+def _compare(seed: int, out: Path, progress: bool) -> None:
+    """``dask bacc bench --accuracy --compare``: see :func:`.accuracy.run_compare`."""
+    from .accuracy import CompareConfig, compare_markdown, run_compare, write_compare
+
+    config = CompareConfig(seed=seed)
+    result = run_compare(config, progress=progress)
+    click.echo(compare_markdown(result), nl=False)
+    paths = write_compare(result, out)
     files = [paths["json"], paths["markdown"], *paths["plots"]]
     click.echo("wrote " + ", ".join(str(f) for f in files), err=True)
     for name, why in config.skipped.items():
