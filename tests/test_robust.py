@@ -11,6 +11,7 @@ from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import (
     BerrutCode,
     RepetitionCode,
+    SplineCode,
     count_sketch,
     detect_inconsistent,
     locate_corrupted,
@@ -21,12 +22,12 @@ from dask_bacc.codes.robust import approxifer_votes, loo_consistency, required_r
 PROPERTY = settings(deadline=None, max_examples=40, database=None, derandomize=True)
 
 
-def workload(K: int, N: int, S: int, seed: int, systematic: bool = False):
+def workload(K: int, N: int, S: int, seed: int, systematic: bool = False, cls=BerrutCode):
     """tanh of a linear map of smooth data: (code, results of the returned, returned, f(X))."""
     rng = np.random.default_rng(seed)
     X = smooth_blocks(K, 12, 6, rng)
     W = rng.standard_normal((6, 5)) * 0.6
-    code = BerrutCode(K, N, systematic=systematic)
+    code = cls(K, N, systematic=systematic)
     results = np.tanh(code.encode(X) @ W)
     returned = np.sort(rng.permutation(N)[: N - S])
     return code, results[returned], returned, np.tanh(X @ W)
@@ -155,4 +156,25 @@ def test_corrupting_nothing_changes_nothing(K, A, S, spare, seed, systematic):
     decoded, found = robust_decode(code, results, returned, A)
     assert found.flagged == []
     np.testing.assert_array_equal(decoded, code.decode(results, returned))
+    assert detect_inconsistent(code, results, returned).flagged == []
+
+
+@pytest.mark.parametrize(("K", "A", "S", "kind", "seed"), SEEDED[:6])
+@pytest.mark.parametrize("systematic", [False, True])
+def test_spline_codes_locate_corrupted_results_too(K, A, S, kind, seed, systematic):
+    """The spline codes have no rational model for ApproxIFER's locator: the greedy
+    leave-one-out test proposes the candidates, the same confirmation decides."""
+    N = 2 * K + 2 * A - 1 + S + 2
+    code, results, returned, truth = workload(K, N, S, seed, systematic, cls=SplineCode)
+    rng = np.random.default_rng(seed)
+    cols = sorted(rng.choice(len(returned), A, replace=False).tolist())
+    bad = corrupt(results, cols, kind, seed)
+    found = locate_corrupted(code, bad, returned, A)
+    assert found.flagged == sorted(int(returned[c]) for c in cols)
+    assert locate_corrupted(code, results, returned, A).flagged == []
+    decoded, _ = robust_decode(code, bad, returned, A)
+    keep = [c for c in range(len(returned)) if c not in cols]
+    np.testing.assert_allclose(decoded, code.decode(results[keep], returned[keep]), atol=1e-12)
+    harmed = rel(code.decode(bad, returned), truth)
+    assert rel(decoded, truth) <= harmed + 1e-12
     assert detect_inconsistent(code, results, returned).flagged == []
