@@ -64,7 +64,7 @@ __all__ = [
 #: the ``seq`` numbers dask-bacc's coded jobs use (0, 1, 2, ... per client process).
 PLAIN_SEQ_BASE = 1_000_000_000
 #: The coded strategies the demo compares with plain Dask, in table order.
-CODED = ("berrut", "systematic-berrut", "repetition")
+CODED = ("systematic-spline", "berrut", "systematic-berrut", "repetition")
 
 
 def mlp(
@@ -343,11 +343,12 @@ _NOTES = (
     "cancelled' = of those, tasks the coded job\ndid not wait for (cancelled when it "
     "decoded; their delay ends early). Plain Dask cannot cancel: it waits for every\n"
     "straggler. Decoded error = ||out - f(X)||_F / ||f(X)||_F of the output.\n"
-    "Berrut coded computing is APPROXIMATE for a nonlinear f: the decoded blocks are "
-    "rational interpolants of f at the\ndata points, not f(X_j). Its error depends on f, "
-    "the data and which results arrive first, and shrinks as N grows\nand as fewer tasks "
-    "straggle. Plain Dask and repetition are exact; systematic Berrut is exact only when "
-    "all K\nsystematic tasks are among the results it decodes from."
+    "Spline and Berrut coded computing are APPROXIMATE, even for a linear f: the decoded "
+    "blocks are interpolants of f at\nthe data points, not f(X_j). Their error depends on "
+    "f, the data and which results arrive first, and shrinks as N\ngrows and as fewer "
+    "tasks straggle. Plain Dask and repetition are exact; the systematic codes (the default\n"
+    "systematic spline, systematic Berrut) are exact for each block whose own task is among "
+    "the results decoded from."
 )
 
 

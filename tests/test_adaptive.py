@@ -61,7 +61,9 @@ async def names_at(c, indices, n):
 
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_report_carries_the_error_estimate(c, s, *workers):
-    job = await dask_bacc.submit_coded(np.tanh, SMOOTH, n_blocks=4, n_coded=8, wait=8, client=c)
+    job = await dask_bacc.submit_coded(
+        np.tanh, SMOOTH, n_blocks=4, n_coded=8, wait=8, client=c, code="berrut"
+    )
     out = await job
     rep = job.report
     assert rep.estimate_method == "embedded-fh1"
@@ -211,7 +213,15 @@ async def test_adversaries_are_located_and_excluded(c, s, *workers, n_bad):
     N = 2 * 4 + 2 * n_bad - 1 + 1  # one spare
     bad, _ = await names_at(c, bad_idx, N)
     job = await dask_bacc.submit_coded(
-        corrupt_on, SMOOTH, bad, n_blocks=4, n_coded=N, wait=N, adversaries=n_bad, client=c
+        corrupt_on,
+        SMOOTH,
+        bad,
+        n_blocks=4,
+        n_coded=N,
+        wait=N,
+        adversaries=n_bad,
+        client=c,
+        code="berrut",
     )
     out = await job
     rep = job.report
@@ -229,7 +239,14 @@ async def test_adversaries_are_located_and_excluded(c, s, *workers, n_bad):
     assert rel(poisoned, np.tanh(SMOOTH)) > 5 * rel(out, np.tanh(SMOOTH))
     assert "excluded as corrupted" in repr(rep)
     clean = await dask_bacc.submit_coded(
-        np.tanh, SMOOTH, n_blocks=4, n_coded=N, wait=N, adversaries=n_bad, client=c
+        np.tanh,
+        SMOOTH,
+        n_blocks=4,
+        n_coded=N,
+        wait=N,
+        adversaries=n_bad,
+        client=c,
+        code="berrut",
     )
     await clean
     assert clean.report.excluded == []  # nothing corrupted: nothing excluded
@@ -239,7 +256,14 @@ async def test_adversaries_are_located_and_excluded(c, s, *workers, n_bad):
 async def test_detector_reports_an_inconsistent_result(c, s, *workers):
     bad, _ = await names_at(c, (5,), 8)
     job = await dask_bacc.submit_coded(
-        corrupt_on, SMOOTH, bad, n_blocks=4, n_coded=8, wait=8, client=c
+        corrupt_on,
+        SMOOTH,
+        bad,
+        n_blocks=4,
+        n_coded=8,
+        wait=8,
+        client=c,
+        code="berrut",
     )
     await job
     rep = job.report

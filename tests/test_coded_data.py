@@ -65,7 +65,7 @@ async def test_map_equals_map_coded_under_the_same_stragglers(c, s, *workers):
     slow_idx = [1, 6]
     slow = BerrutCode(K, N).encode(np.stack(np.split(X, K)))[slow_idx]
     release = Event("cd-same", client=c)
-    coded = await dask_bacc.encode(X, n_coded=N, n_blocks=K, client=c)
+    coded = await dask_bacc.encode(X, n_coded=N, n_blocks=K, client=c, code="berrut")
     assert coded.code.K == K and coded.code.N == N
     out = await coded.map(gated_share, W, slow, "cd-same", wait=N - len(slow_idx))
     await release.set()
@@ -82,6 +82,7 @@ async def test_map_equals_map_coded_under_the_same_stragglers(c, s, *workers):
         n_coded=N,
         wait=N - len(slow_idx),
         client=c,
+        code="berrut",
     )
     await release.set()
     np.testing.assert_allclose(out, direct, rtol=1e-12, atol=1e-12)

@@ -15,9 +15,11 @@ from dask_bacc import config
 
 
 def test_defaults_registered():
-    assert dask.config.get("bacc.code") == "berrut"
+    assert dask.config.get("bacc.code") == "systematic-spline"
     assert dask.config.get("bacc.redundancy") == 2.0
     assert dask.config.get("bacc.wait.berrut") == 0.75
+    assert dask.config.get("bacc.wait.spline") == 0.75
+    assert dask.config.get("bacc.warn-error") == 0.1
     assert dask.config.get("bacc.oversubscribe") == "raise"
 
 
@@ -50,7 +52,14 @@ async def test_config_read_at_call_time(c, s, *workers):
     job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=3, client=c)
     await job
     assert (job.report.K, job.report.N, job.report.wait_target) == (3, 6, 5)  # ceil(0.75*6)
-    with dask.config.set({"bacc.redundancy": 1.5, "bacc.wait.berrut": 1.0}):
+    assert job.report.code == {
+        "name": "spline",
+        "K": 3,
+        "N": 6,
+        "smoothing": 0.0,
+        "systematic": True,
+    }
+    with dask.config.set({"bacc.redundancy": 1.5, "bacc.wait.spline": 1.0}):
         job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=3, client=c)
         await job
     assert (job.report.N, job.report.wait_target) == (5, 5)  # ceil(1.5*3) = 5

@@ -64,8 +64,9 @@ async def fetch(s, path):
 
 
 async def gated_job(c, workers, event_name, **kwargs):
-    """K=4, N=8, wait=6 with the first two workers blocked on ``event_name``."""
+    """Berrut, K=4, N=8, wait=6 with the first two workers blocked on ``event_name``."""
     X = np.random.default_rng(0).standard_normal((40, 3))
+    kwargs.setdefault("code", "berrut")
     return await dask_bacc.submit_coded(
         gated, X, names(workers[:2]), event_name, n_blocks=4, n_coded=8, wait=6, client=c, **kwargs
     )
@@ -74,13 +75,13 @@ async def gated_job(c, workers, event_name, **kwargs):
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
 async def test_plugin_registration_is_idempotent(c, s, *workers):
     assert PLUGIN_NAME not in s.plugins
-    await dask_bacc.map_coded(np.tanh, np.ones((4, 2)), n_blocks=2, client=c)
+    await dask_bacc.map_coded(np.tanh, np.ones((4, 2)), n_blocks=2, client=c, code="berrut")
     plugin = s.plugins[PLUGIN_NAME]
     assert isinstance(plugin, BaccDiagnostics) and plugin.registered_by == "client"
-    await dask_bacc.map_coded(np.tanh, np.ones((4, 2)), n_blocks=2, client=c)
+    await dask_bacc.map_coded(np.tanh, np.ones((4, 2)), n_blocks=2, client=c, code="berrut")
     assert await diagnostics.register(c) is True  # explicit: asks the scheduler again
     async with Client(s.address, asynchronous=True) as c2:  # another client, same scheduler
-        await dask_bacc.map_coded(np.tanh, np.ones((4, 2)), n_blocks=2, client=c2)
+        await dask_bacc.map_coded(np.tanh, np.ones((4, 2)), n_blocks=2, client=c2, code="berrut")
     assert s.plugins[PLUGIN_NAME] is plugin
     assert [name for name in s.plugins if "bacc" in name] == [PLUGIN_NAME]
     # one JSON route on the HTTP server however often the plugin was registered
@@ -198,7 +199,14 @@ async def test_job_of_a_client_that_dies_is_closed_as_abandoned(c, s, *workers):
     c2 = await Client(s.address, asynchronous=True)
     X = np.ones((8, 2))
     job = await dask_bacc.submit_coded(
-        gated, X, names(workers), "release-dead", n_blocks=4, n_coded=8, client=c2
+        gated,
+        X,
+        names(workers),
+        "release-dead",
+        n_blocks=4,
+        n_coded=8,
+        client=c2,
+        code="berrut",
     )
     plugin = s.plugins[PLUGIN_NAME]
     while job.token not in plugin.jobs or plugin.jobs[job.token].func is None:
@@ -276,7 +284,9 @@ async def test_routes_honour_the_dashboard_prefix(c, s, *workers):
 async def test_history_is_bounded(c, s, *workers):
     with dask.config.set({"bacc.diagnostics.history": 2}):
         for _ in range(4):
-            job = await dask_bacc.submit_coded(np.tanh, np.ones((4, 2)), n_blocks=2, client=c)
+            job = await dask_bacc.submit_coded(
+                np.tanh, np.ones((4, 2)), n_blocks=2, client=c, code="berrut"
+            )
             await job
             await closed_job(s, job.token)
     plugin = s.plugins[PLUGIN_NAME]
@@ -307,7 +317,8 @@ async def test_job_tasks_are_grouped_under_a_span(c, s, *workers):
 async def test_progress_bar_when_forced_on(c, s, *workers, capsys):
     """The bar (on stderr) in a non-interactive run: only for the jobs that ask for it."""
     X = np.random.default_rng(2).standard_normal((16, 2))
-    await dask_bacc.map_coded(np.tanh, X, n_blocks=4, client=c)  # off by default here
+    # off by default here
+    await dask_bacc.map_coded(np.tanh, X, n_blocks=4, client=c, code="berrut")
     release = Event("release-bar", client=c)
     job = await gated_job(c, workers, "release-bar", progress=True)
     await job
@@ -315,7 +326,7 @@ async def test_progress_bar_when_forced_on(c, s, *workers, capsys):
     while any(w.state.executing_count for w in workers):
         await asyncio.sleep(0.01)  # the cancelled stragglers' threads are free again
     with dask.config.set({"bacc.progress": True}):  # or on from the configuration
-        await dask_bacc.map_coded(np.sin, X, n_blocks=4, n_coded=8, wait=8, client=c)
+        await dask_bacc.map_coded(np.sin, X, n_blocks=4, n_coded=8, wait=8, client=c, code="berrut")
 
     err = capsys.readouterr().err
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("bacc ")]

@@ -137,7 +137,9 @@ def test_coded_job_on_a_multiprocess_cluster(cluster):
         inject_stragglers(SlowWorkers(SLOW, delay=600.0), client=client)
 
         X = np.random.default_rng(0).standard_normal((20, 3))
-        job = dask_bacc.submit_coded(np.tanh, X, n_blocks=2, n_coded=4, wait=2, client=client)
+        job = dask_bacc.submit_coded(
+            np.tanh, X, n_blocks=2, n_coded=4, wait=2, client=client, code="berrut"
+        )
         out = job.result(timeout=120)
         rep = job.report
         names = {a: str(w["name"]) for a, w in client.scheduler_info()["workers"].items()}

@@ -73,14 +73,22 @@ async def test_map_blocks_rewrite_equals_map_coded_with_the_same_stragglers(c, s
     release = Event("rw-array", client=c)
     slow = slow_shares(X)
     y = x.map_blocks(gated_share, W, slow, "rw-array", chunks=(4, 2), dtype=float)
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     assert any(str(k).startswith("bacc-driver-") for k in dict(z.__dask_graph__()))
     assert z.shape == y.shape and z.chunks == y.chunks and z.dtype == y.dtype
     rewritten = await c.compute(z)
     await drain(release, workers)
     direct = await c.compute(
         await dask_bacc.map_coded(
-            gated_share, x, W, slow, "rw-array", n_coded=N, wait=N - len(SLOW), client=c
+            gated_share,
+            x,
+            W,
+            slow,
+            "rw-array",
+            n_coded=N,
+            wait=N - len(SLOW),
+            client=c,
+            code="berrut",
         )
     )
     returned = [i for i in range(N) if i not in SLOW]
@@ -132,7 +140,7 @@ async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
     x = da.from_array(X, chunks=(4, 3))
     release = Event("rw-beside-driver", client=c)
     y = x.map_blocks(gated_share, W, slow_shares(X), "rw-beside-driver", chunks=(4, 2), dtype=float)
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     persisted = c.persist(z)
     out = await asyncio.wait_for(c.compute(persisted), 60)
     driver_addr = _driver_worker(z, workers)
@@ -150,7 +158,9 @@ async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
 async def test_the_default_n_leaves_the_drivers_worker_out(c, s, *workers):
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
-    z = dask_bacc.coded(x.map_blocks(gated_share, W, [], "unused", chunks=(4, 2), dtype=float))
+    z = dask_bacc.coded(
+        x.map_blocks(gated_share, W, [], "unused", chunks=(4, 2), dtype=float), code="berrut"
+    )
     out = await c.compute(c.persist(z))
     driver_addr = _driver_worker(z, workers)
     rep = await dask_bacc.report_of(z, client=c)
@@ -179,22 +189,36 @@ async def test_rewrite_with_until_and_adversaries(c, s, *workers):
     n = 10
     bad = BerrutCode(K, n).encode(np.stack(np.split(X, K)))[3]
     z = dask_bacc.coded(
-        x.map_blocks(corrupt_share, bad, dtype=float), n_coded=n, wait=n, adversaries=1
+        x.map_blocks(corrupt_share, bad, dtype=float),
+        n_coded=n,
+        wait=n,
+        adversaries=1,
+        code="berrut",
     )
     out = await c.compute(z)
     rep = await dask_bacc.report_of(z, client=c)
     assert rep.adversaries == 1 and rep.excluded == [3] and 3 not in rep.returned
     direct = await dask_bacc.submit_coded(
-        corrupt_share, X, bad, n_blocks=K, n_coded=n, wait=n, adversaries=1, client=c
+        corrupt_share,
+        X,
+        bad,
+        n_blocks=K,
+        n_coded=n,
+        wait=n,
+        adversaries=1,
+        client=c,
+        code="berrut",
     )
     np.testing.assert_allclose(out, await direct, rtol=1e-12, atol=1e-12)
     # adaptive waiting: a smooth f decodes on the error target
-    z = dask_bacc.coded(x.map_blocks(np.tanh), n_coded=8, wait=dask_bacc.until(error=0.5))
+    z = dask_bacc.coded(
+        x.map_blocks(np.tanh), n_coded=8, wait=dask_bacc.until(error=0.5), code="berrut"
+    )
     await c.compute(z)
     rep = await dask_bacc.report_of(z, client=c)
     assert rep.trigger in ("error", "all") and rep.error_estimate <= 0.5
     with pytest.raises(ValueError, match="adversaries must be >= 0"):
-        dask_bacc.coded(x.map_blocks(np.tanh), adversaries=-1)
+        dask_bacc.coded(x.map_blocks(np.tanh), adversaries=-1, code="berrut")
 
 
 @gen_cluster(client=True, nthreads=EIGHT)
@@ -206,7 +230,7 @@ async def test_report_of_a_rewritten_collection(c, s, *workers):
     x = da.from_array(X, chunks=(4, 3))
     release = Event("rw-report", client=c)
     y = x.map_blocks(gated_share, W, slow_shares(X), "rw-report", chunks=(4, 2), dtype=float)
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     with pytest.raises(LookupError, match="not been computed"):
         await dask_bacc.report_of(z, client=c)
     await c.compute(z)
@@ -233,7 +257,7 @@ async def test_report_of_a_rewritten_collection(c, s, *workers):
     with pytest.raises(ValueError, match="no coded job"):
         dask_bacc.report_of(y, client=c)
     with pytest.raises(ValueError, match="2 coded jobs"):
-        dask_bacc.report_of(z + dask_bacc.coded(y), client=c)
+        dask_bacc.report_of(z + dask_bacc.coded(y, code="berrut"), client=c)
     await release.set()
 
 
@@ -337,14 +361,21 @@ async def test_map_partitions_rewrite_equals_map_coded(c, s, *workers):
     release = Event("rw-frame", client=c)
     slow = slow_shares(X)
     y = ddf.map_partitions(gated_frame, slow, "rw-frame")
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     assert isinstance(z, dd.DataFrame) and z.npartitions == K and z.divisions == y.divisions
     assert list(z.columns) == list(y.columns)
     rewritten = await c.compute(z)
     await drain(release, workers)
     direct = await c.compute(
         await dask_bacc.map_coded(
-            gated_frame, ddf, slow, "rw-frame", n_coded=N, wait=N - len(SLOW), client=c
+            gated_frame,
+            ddf,
+            slow,
+            "rw-frame",
+            n_coded=N,
+            wait=N - len(SLOW),
+            client=c,
+            code="berrut",
         )
     )
     await release.set()

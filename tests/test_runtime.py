@@ -148,7 +148,15 @@ async def test_eval_that_raises_is_an_erasure(c, s, *workers):
     X = np.random.default_rng(1).standard_normal((24, 2))
     bad = {str(workers[3].name)}
     job = await dask_bacc.submit_coded(
-        bad_on, X, bad, "raise", n_blocks=4, n_coded=8, wait=8, client=c
+        bad_on,
+        X,
+        bad,
+        "raise",
+        n_blocks=4,
+        n_coded=8,
+        wait=8,
+        client=c,
+        code="berrut",
     )
     out = await job
     rep = job.report
@@ -241,6 +249,7 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
         n_coded=4,
         wait=4,
         client=c,
+        code="berrut",
     )
     await asyncio.sleep(0)  # let the task start before the kill (not a timing assumption)
     await victim.kill()
@@ -264,6 +273,7 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
         n_blocks=2,
         n_coded=3,
         client=c,
+        code="berrut",
     )
     await asyncio.gather(*(n.kill() for n in nannies))  # nannies[0] restarted its worker
     with pytest.raises(dask_bacc.InsufficientResults, match="left before returning"):

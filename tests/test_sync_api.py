@@ -55,7 +55,9 @@ def test_map_coded_with_default_client(client):
 def test_result_timeout_and_cancel(client):
     X = np.ones((6, 2))
     gate = Event("sync-gate", client=client)
-    job = dask_bacc.submit_coded(block_on_worker_zero, X, "sync-gate", n_blocks=3, wait=6)
+    job = dask_bacc.submit_coded(
+        block_on_worker_zero, X, "sync-gate", n_blocks=3, wait=6, code="berrut"
+    )
     with pytest.raises(TimeoutError):
         job.result(timeout=0.2)  # blocked on worker 0 by the Event: cannot finish
     assert not job.done()

@@ -12,7 +12,6 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Event, get_worker
 from distributed.utils_test import gen_cluster
 
 import dask_bacc
@@ -145,7 +144,9 @@ async def test_transform_on_every_entry_point(c, s, *workers):
     )
     np.testing.assert_allclose(spec, probs(X), rtol=1e-12)
     lazy = dask_bacc.coded(
-        da.from_array(X, chunks=16).map_blocks(probs), code="repetition", n_coded=8,
+        da.from_array(X, chunks=16).map_blocks(probs),
+        code="repetition",
+        n_coded=8,
         transform="log",
     )
     got = await c.compute(lazy)
@@ -156,18 +157,14 @@ async def test_transform_on_every_entry_point(c, s, *workers):
 
 
 # -- warnings about approximate answers ---------------------------------------------------------
-def gated_tanh(x, slow, event_name):
-    if str(get_worker().name) in slow:
-        Event(event_name).wait()
-    return np.tanh(3.0 * x)
-
-
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_large_estimates_warn(c, s, *workers):
     rough = np.random.default_rng(1).standard_normal((64, 3))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        job = await dask_bacc.submit_coded(np.tanh, rough, n_blocks=4, n_coded=8, client=c)
+        job = await dask_bacc.submit_coded(
+            np.tanh, rough, n_blocks=4, n_coded=8, code="berrut", client=c
+        )
         await job
     ours = [w for w in caught if issubclass(w.category, dask_bacc.ApproximationWarning)]
     est = job.report.error_estimate
@@ -178,10 +175,10 @@ async def test_large_estimates_warn(c, s, *workers):
     assert ours[0].filename == __file__  # pointed at the caller
     with dask.config.set({"bacc.warn-error": None}), warnings.catch_warnings():
         warnings.simplefilter("error", dask_bacc.ApproximationWarning)
-        await dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8, client=c)
+        await dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8, code="berrut", client=c)
     with dask.config.set({"bacc.warn-error": 10.0}), warnings.catch_warnings():
         warnings.simplefilter("error", dask_bacc.ApproximationWarning)
-        await dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8, client=c)
+        await dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8, code="berrut", client=c)
 
 
 def test_large_estimates_warn_with_a_synchronous_client():
@@ -190,7 +187,7 @@ def test_large_estimates_warn_with_a_synchronous_client():
     rough = np.random.default_rng(1).standard_normal((64, 3))
     with LocalCluster(n_workers=8, threads_per_worker=1, processes=False) as lc, Client(lc):
         with pytest.warns(dask_bacc.ApproximationWarning, match="estimated relative error") as w:
-            dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8)
+            dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8, code="berrut")
         assert w[0].filename == __file__
 
 
@@ -202,7 +199,13 @@ async def test_unmet_until_target_warns(c, s, *workers):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         job = await dask_bacc.submit_coded(
-            np.tanh, rough, n_blocks=4, n_coded=8, wait=dask_bacc.until(error=1e-9), client=c
+            np.tanh,
+            rough,
+            n_blocks=4,
+            n_coded=8,
+            code="berrut",
+            wait=dask_bacc.until(error=1e-9),
+            client=c,
         )
         await job
     assert job.report.trigger == "all"

@@ -321,7 +321,7 @@ def encode(
     long as the shares exist.
     """
     if code is None:
-        code = config.get("code", "berrut")
+        code = config.get("code", "systematic-spline")
     _check_common(len, code, n_coded, None, code_options)
     if isinstance(code, str) and code.lower() == "speculative":
         raise ValueError("code='speculative' has no coded shares to keep: pick a code")

@@ -106,7 +106,7 @@ def coded(
             "reserves for itself: pass them positionally or rename them"
         )
     if code is None:
-        code = config.get("code", "berrut")
+        code = config.get("code", "systematic-spline")
     _check_common(call.func, code, n_coded, timeout, code_options)
     # decoded through a transform's inverse: float, as for the approximate codes
     exact_dtypes = _keeps_dtype(code) and transform is None

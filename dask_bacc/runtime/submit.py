@@ -235,7 +235,7 @@ def submit_coded(
     asynchronous client, an awaitable that gives one).
     """
     if code is None:
-        code = config.get("code", "berrut")
+        code = config.get("code", "systematic-spline")
     _check_common(func, code, n_coded, timeout, code_options)
     adversaries = check_adversaries(adversaries)
     transform = get_transform(transform)
@@ -306,15 +306,18 @@ def map_coded(
         ``docs/collections.md`` for how labelled blocks are coded and rebuilt.
     *args, **kwargs
         Passed unchanged to every call of ``func`` (e.g. model weights).
-    code : str or Code, default ``bacc.code`` ("berrut")
-        ``"berrut"``, ``"systematic-berrut"``, ``"lagrange"`` (give
-        ``code_options={"degree": d}``), ``"repetition"``, ``"uncoded"``, or a Code instance.
+    code : str or Code, default ``bacc.code`` ("systematic-spline")
+        ``"systematic-spline"``, ``"spline"``, ``"berrut"``, ``"systematic-berrut"``
+        (approximate), ``"lagrange"`` (give ``code_options={"degree": d}``),
+        ``"repetition"``, ``"uncoded"`` (exact), ``"speculative"``, or a Code instance.
+        docs/accuracy.md compares them.
     n_coded : int, optional
         N, the number of coded tasks; default ``ceil(bacc.redundancy * K)`` (2K), capped by
         the number of workers and at least K+1.
     wait : int, float or WaitPolicy, optional
         Decode after the first ``wait`` results (int), after ``ceil(wait * N)`` (float in
-        (0, 1]), or per a policy. Default: Berrut ``bacc.wait.berrut`` (0.75 of N); exact
+        (0, 1]), or per a policy. Default: ``bacc.wait.spline`` / ``bacc.wait.berrut``
+        (0.75 of N) for the approximate codes; exact
         codes their recovery threshold.
     timeout : float, optional
         Seconds after which the job decodes from whatever arrived (``bacc.timeout``).
