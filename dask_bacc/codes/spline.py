@@ -117,10 +117,13 @@ class SplineCode(InterpolatingCode):
     Notes
     -----
     The points were chosen by measurement (``benchmarks/spline_points.py``, docs/codes.md):
-    equispaced worker points gave a lower error than Chebyshev points for the spline at
-    every N tried, since a spline's error is governed by the largest gap, not by the
-    endpoint clustering that suits polynomial and rational interpolants. Error falls about
-    as N^-4 on smooth compositions and much faster than Berrut's on rough ones.
+    over K = 8, N in (16, 32, 64), s in (1, 2, 4, 7) and random or smooth rows, equispaced
+    worker points with the data points at the cell midpoints had the lowest mean error in
+    16 of 24 cells and were never more than 1.5x the best, against Chebyshev points (best
+    in 6, up to 2x the best) and equispaced data points spanning [-1, 1] (best in 5, up to
+    9.7x: an outermost straggler leaves an end data point to extrapolation). At a fixed
+    number of stragglers the error falls about as N^-4 on smooth rows and N^-3 on i.i.d.
+    rows, against N^-1.3 to N^-1.7 for Berrut (docs/accuracy.md).
     """
 
     name = "spline"
