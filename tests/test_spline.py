@@ -124,3 +124,24 @@ def test_validation():
         get_code("systematic-spline", 3, 6, systematic=False)
     with pytest.raises(ValueError, match="strictly increasing"):
         spline_matrix([0.0], np.array([0.0, 0.0, 1.0]))
+
+
+def test_batched_leave_one_out_rows_equal_the_per_target_loop():
+    """SplineCode.loo_matrices (one batched Thomas sweep) against the generic loop of
+    InterpolatingCode, for targets inside and outside the predicting set."""
+    from dask_bacc.codes.base import InterpolatingCode
+    from dask_bacc.codes.spline import natural_rows
+
+    rng = np.random.default_rng(4)
+    x = np.sort(rng.uniform(-1, 1, (6, 9)), axis=1)
+    t = rng.uniform(-1.4, 1.4, 6)
+    ref = np.stack([spline_matrix(t[r : r + 1], x[r])[0] for r in range(6)])
+    np.testing.assert_allclose(natural_rows(t, x), ref, atol=1e-13)
+    code = SplineCode(8, 20)
+    z = code.worker_points
+    base = np.array([0, 1, 2, 4, 5, 7, 9, 10, 12, 15, 19])
+    for targets in (np.arange(20), base, np.array([3, 6, 18])):
+        fast = code.loo_matrices(z, base, targets)
+        slow = InterpolatingCode.loo_matrices(code, z, base, targets)
+        np.testing.assert_allclose(fast[0], slow[0], atol=1e-13)
+        np.testing.assert_allclose(fast[1], slow[1], atol=1e-13)

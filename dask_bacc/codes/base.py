@@ -196,6 +196,29 @@ class InterpolatingCode(Code):
         """The embedded pair's second interpolant (same shape as :meth:`interpolant`)."""
         raise NotImplementedError
 
+    def loo_matrices(
+        self, z: np.ndarray, base: np.ndarray, targets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Leave-one-out rows of :meth:`interpolant` and :meth:`companion`: for each target
+        index k, the interpolants through the points ``z[base]`` other than k, evaluated at
+        ``z[k]``, as rows over all of z (zeros elsewhere; all zeros with fewer than 2 points
+        left). One small matrix per target; subclasses may batch it."""
+        return self._loo_rows(self.interpolant, z, base, targets), self._loo_rows(
+            self.companion, z, base, targets
+        )
+
+    @staticmethod
+    def _loo_rows(
+        interpolant: Any, z: np.ndarray, base: np.ndarray, targets: np.ndarray
+    ) -> np.ndarray:
+        base = np.asarray(base, dtype=int)
+        out = np.zeros((len(targets), z.size))
+        for r, k in enumerate(np.asarray(targets, dtype=int)):
+            rest = base[base != k]
+            if rest.size >= 2:
+                out[r, rest] = interpolant(z[k : k + 1], z[rest])[0]
+        return out
+
     @property
     def min_results(self) -> int:
         return 1

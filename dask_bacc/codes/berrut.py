@@ -70,7 +70,6 @@ def floater_hormann_weights(nodes: np.ndarray, d: int) -> np.ndarray:
     return w * np.where((np.arange(x.size) - d) % 2 == 0, 1.0, -1.0)
 
 
-
 class BerrutCode(InterpolatingCode):
     """Berrut rational-interpolation code: any f, decodable from any non-empty result set.
 

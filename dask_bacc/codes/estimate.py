@@ -251,21 +251,11 @@ def loo_matrices(
 def loo_pair(
     code: InterpolatingCode, z: np.ndarray, base: np.ndarray, targets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`loo_matrices` for any interpolating code: its :meth:`interpolant` and
-    :meth:`companion` through the ``base`` points other than each target, at the target.
-    Berrut's codes take the vectorised path; others one small matrix per target."""
+    """:func:`loo_matrices` for any interpolating code (its :meth:`interpolant` and
+    :meth:`companion`); Berrut's codes take the vectorised function."""
     if isinstance(code, BerrutCode):
         return loo_matrices(z, base, targets)
-    base = np.asarray(base, dtype=int)
-    P0 = np.zeros((len(targets), z.size))
-    P1 = np.zeros_like(P0)
-    for r, k in enumerate(np.asarray(targets, dtype=int)):
-        rest = base[base != k]
-        if rest.size < 2:
-            continue  # as loo_matrices: rows with fewer than 2 points left are zero
-        P0[r, rest] = code.interpolant(z[k : k + 1], z[rest])[0]
-        P1[r, rest] = code.companion(z[k : k + 1], z[rest])[0]
-    return P0, P1
+    return code.loo_matrices(z, base, targets)
 
 
 def _loo_calibration(
