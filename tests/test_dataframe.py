@@ -401,7 +401,7 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, kind):
     release = Event(event, client=c)
     names = {str(w.name) for w in slow}
     job = await dask_bacc.submit_coded(
-        gated, data, names, event, rowwise, n_coded=8, wait=6, client=c, **opts
+        gated, data, names, event, rowwise, n_coded=8, wait=6, code="berrut", client=c, **opts
     )
     out = await job
     rep = job.report

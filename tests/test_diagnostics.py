@@ -141,7 +141,7 @@ async def test_stats_of_a_gated_job_with_stragglers(c, s, *workers):
 async def test_failed_tasks_and_a_departed_worker_are_reported(c, s, *workers):
     X = np.random.default_rng(1).standard_normal((16, 2))
     job = await dask_bacc.submit_coded(
-        raise_on, X, names(workers[3:4]), n_blocks=4, n_coded=8, wait=8, client=c
+        raise_on, X, names(workers[3:4]), n_blocks=4, n_coded=8, wait=8, client=c, code="berrut"
     )
     await job
     stats = await closed_job(s, job.token)
@@ -154,7 +154,15 @@ async def test_failed_tasks_and_a_departed_worker_are_reported(c, s, *workers):
     release = Event("release-left", client=c)
     leaving = workers[7]
     job = await dask_bacc.submit_coded(
-        gated, X, names([leaving]), "release-left", n_blocks=4, n_coded=8, wait=8, client=c
+        gated,
+        X,
+        names([leaving]),
+        "release-left",
+        n_blocks=4,
+        n_coded=8,
+        wait=8,
+        client=c,
+        code="berrut",
     )
     while leaving.state.executing_count == 0:
         await asyncio.sleep(0.01)

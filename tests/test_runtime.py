@@ -180,7 +180,7 @@ async def test_invalid_results_are_erasures(c, s, *workers, kind, reason):
     bad = {str(workers[5].name)}
     # wait for all 8: the bad result is certainly seen, then written off
     job = await dask_bacc.submit_coded(
-        bad_on, X, bad, kind, n_blocks=4, n_coded=8, wait=8, client=c
+        bad_on, X, bad, kind, n_blocks=4, n_coded=8, wait=8, client=c, code="berrut"
     )
     out = await job
     rep = job.report
@@ -219,6 +219,7 @@ async def test_worker_closed_mid_job(c, s, *workers):
         n_coded=8,
         wait=8,
         client=c,
+        code="berrut",
     )
     while leaving.state.executing_count == 0:
         await asyncio.sleep(0.01)
@@ -295,6 +296,7 @@ async def test_timeout_decodes_from_what_arrived(c, s, *workers):
         wait=8,
         timeout=5,
         client=c,
+        code="berrut",
     )
     out = await job
     rep = job.report

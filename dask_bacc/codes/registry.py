@@ -10,7 +10,7 @@ from .lagrange import LagrangeCode
 from .repetition import RepetitionCode, Uncoded
 from .spline import SplineCode
 
-__all__ = ["code_class", "get_code", "register_code", "registered_codes"]
+__all__ = ["code_class", "code_label", "get_code", "register_code", "registered_codes"]
 
 _REGISTRY: dict[str, type[Code]] = {}
 
@@ -40,6 +40,13 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Code], dict[str, 
         return _REGISTRY[key], options
     except KeyError:
         raise ValueError(f"unknown code {name!r}; choose one of {registered_codes()}") from None
+
+
+def code_label(config: dict[str, Any]) -> str:
+    """The name a user gives for a code's ``get_config()``: ``"systematic-spline"`` for a
+    systematic spline code (the aliases), the registry name otherwise."""
+    name = str(config.get("name", "?"))
+    return f"systematic-{name}" if config.get("systematic") else name
 
 
 def code_class(name: str) -> type[Code]:

@@ -21,6 +21,7 @@ from distributed import SchedulerPlugin
 from distributed.metrics import time
 
 from .. import config
+from ..codes.registry import code_label
 from ..runtime.keys import parse as parse_key
 
 __all__ = ["HANDLER", "PLUGIN_NAME", "BaccDiagnostics", "current_plugin"]
@@ -510,7 +511,7 @@ class BaccDiagnostics(SchedulerPlugin):
         if event == "start":
             job.func = info.get("func")
             job.code_config = dict(info.get("code") or {})
-            job.code = job.code_config.get("name")
+            job.code = code_label(job.code_config)
             job.K, job.N = info.get("K"), info.get("N")
             job.needed = info.get("needed")
             job.client = info.get("client")

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from .. import config
+from ..codes.registry import code_label
 
 __all__ = ["ProgressBar", "interactive", "want_progress"]
 
@@ -77,7 +78,7 @@ class ProgressBar:
     def __init__(self, report: Any, file: Any = None):
         self.report = report
         self.total = max(1, int(report.wait_target))
-        name = report.code.get("name", "?") if isinstance(report.code, dict) else report.code
+        name = code_label(report.code) if isinstance(report.code, dict) else report.code
         self.bar = _bar_class()(
             total=self.total,
             desc=f"bacc {name} {report.func}",

@@ -39,6 +39,7 @@ from distributed import as_completed
 
 from .. import config, diagnostics
 from ..codes import Code
+from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
 from ..exceptions import InsufficientResults
@@ -235,7 +236,7 @@ class CodedJob:
     def __repr__(self) -> str:
         status = self.report.status
         return (
-            f"<CodedJob {self.report.code.get('name')} {self.report.func} K={self.code.K} "
+            f"<CodedJob {code_label(self.report.code)} {self.report.func} K={self.code.K} "
             f"N={self.code.N} status={status} token={self.token}>"
         )
 

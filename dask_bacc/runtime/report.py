@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..codes.registry import code_label
+
 __all__ = ["JobReport"]
 
 
@@ -147,7 +149,7 @@ class JobReport:
             return "-" if x is None else f"{x:.3f}s"
 
         lines = [
-            f"<JobReport {self.code.get('name', '?')} {self.func} token={self.token} "
+            f"<JobReport {code_label(self.code)} {self.func} token={self.token} "
             f"status={self.status}>",
             f"  K={self.K} N={self.N} wait for {self.wait_target}, decoded on "
             f"{self.trigger or '-'} from {len(self.returned)} results",
