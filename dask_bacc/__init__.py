@@ -2,7 +2,13 @@
 
 from . import config  # registers the bacc: defaults with dask.config
 from .collections import xarray as _xarray  # noqa: F401  (registers the .bacc accessor)
-from .exceptions import ApproximationWarning, InsufficientResults, InvalidResult, RewriteError
+from .exceptions import (
+    ApproximationWarning,
+    InexactDecode,
+    InsufficientResults,
+    InvalidResult,
+    RewriteError,
+)
 from .runtime import (
     CodedJob,
     FirstK,
@@ -28,6 +34,7 @@ __all__ = [
     "CodedJob",
     "FirstK",
     "Fraction",
+    "InexactDecode",
     "InsufficientResults",
     "InvalidResult",
     "JobReport",

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["ApproximationWarning", "InsufficientResults", "InvalidResult", "RewriteError"]
+__all__ = [
+    "ApproximationWarning",
+    "InexactDecode",
+    "InsufficientResults",
+    "InvalidResult",
+    "RewriteError",
+]
 
 
 class InsufficientResults(RuntimeError):
@@ -30,4 +36,14 @@ class ApproximationWarning(UserWarning):
     The answer is still returned; ``job.report`` has the figures. For an exact answer use
     an exact code (``code="repetition"``, or ``"lagrange"`` for polynomial f), or wait for
     every result (``wait=1.0``) with a systematic code.
+    """
+
+
+class InexactDecode(ValueError):
+    """An exact code's decode failed its check against the spare results: ``f`` is not
+    what the code assumes (Lagrange: a polynomial of at most the code's degree).
+
+    Attributes ``residual`` (the relative residual of the results against the code's
+    assumption) and ``report`` (the job's report) say how far off it was. Use an
+    approximate code, or Lagrange with the right ``degree``.
     """

@@ -79,6 +79,7 @@ async def test_a_coded_job_costs_one_graph_and_n_tasks(c, s, *workers):
             n_blocks=4,
             n_coded=8,
             code=code,
+            code_options={"degree": 2} if code == "lagrange" else None,
             client=c,
         )
         await job

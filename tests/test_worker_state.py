@@ -75,7 +75,7 @@ def test_stack_decode_matches_the_code_and_reports_bad_shapes():
     rng = np.random.default_rng(1)
     results = [rng.standard_normal((6, 2)) for _ in range(5)]
     D = rng.standard_normal((3, 5))
-    out = worker.stack_decode_task(D, (8, 0), None, *results)
+    out = worker.stack_decode_task(D, (8, 0), None, None, *results)
     np.testing.assert_allclose(out.blocks, np.tensordot(D, np.stack(results), axes=1))
     assert out.info["shape"] == (6, 2) and out.info["dtype"] == "<f8"
     assert len(out.info["sketches"]) == 5
@@ -83,7 +83,7 @@ def test_stack_decode_matches_the_code_and_reports_bad_shapes():
     assert worker.decoded_info(out) is out.info
     bad = [*results[:2], results[2][:-1], *results[3:]]
     with pytest.raises(worker.InconsistentResults) as info:
-        worker.stack_decode_task(D, None, None, *bad)
+        worker.stack_decode_task(D, None, None, None, *bad)
     assert info.value.bad == [2]
     # the error pickles with its positions (it crosses from the worker to the client)
     import pickle

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..exceptions import InsufficientResults
 
-__all__ = ["AMPLIFICATION_LIMIT", "Code", "InterpolatingCode", "as_returned"]
+__all__ = ["AMPLIFICATION_LIMIT", "Code", "InterpolatingCode", "as_returned", "decode_residual"]
 
 #: Largest :meth:`Code.amplification` at which an exact code's decode is taken as exact.
 #: Measured for Lagrange over K in 4..32, N/K in 2..4, degrees 1..3 and random and adjacent
@@ -54,6 +54,14 @@ class Code:
     exact: ClassVar[bool] = False
     #: Decoding selects results instead of mixing them, so their dtype is kept.
     keeps_dtype: ClassVar[bool] = False
+    #: Results beyond :attr:`min_results` the default wait collects to check an exact
+    #: decode whose exactness rests on an assumption about f (:meth:`check_matrix`).
+    check_spare: ClassVar[int] = 0
+
+    @property
+    def assumption(self) -> str | None:
+        """What an exact decode assumes about f (None: nothing, e.g. repetition)."""
+        return None
 
     def __init__(self, K: int, N: int):
         K, N = _positive_int("K", K), _positive_int("N", N)
@@ -108,6 +116,15 @@ class Code:
         True for an exact code once the set is decodable; a systematic code overrides it.
         """
         return self.exact and self.can_decode(returned)
+
+    def check_matrix(self, returned: Sequence[int]) -> np.ndarray | None:
+        """A matrix C with ``C @ results == 0`` (up to rounding) whenever the decode from
+        ``returned`` is exact, or None when the set has no redundancy to check it with.
+
+        Exact codes whose exactness rests on an assumption about f (Lagrange: a polynomial
+        of the code's degree) override it; :func:`decode_residual` applies it.
+        """
+        return None
 
     def amplification(self, returned: Sequence[int]) -> float:
         """How much the decode from ``returned`` can magnify errors in the results.
@@ -255,3 +272,17 @@ def _contract(matrix: np.ndarray, blocks: np.ndarray) -> np.ndarray:
     flat = blocks.reshape(blocks.shape[0], -1).astype(dtype, copy=False)
     out = matrix.astype(dtype, copy=False) @ flat
     return out.reshape((matrix.shape[0], *blocks.shape[1:]))
+
+
+def decode_residual(
+    code: Code, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]
+) -> float | None:
+    """``||C @ results|| / ||results||`` for the code's :meth:`~Code.check_matrix` C: about
+    1e-16 times the decode's amplification when the exact decode's assumption holds, of
+    the order of the decode's error when it does not. None when nothing can be checked."""
+    C = code.check_matrix(returned)
+    if C is None:
+        return None
+    Y = np.asarray(results, dtype=np.float64).reshape(len(returned), -1)
+    total = float(np.linalg.norm(Y))
+    return float(np.linalg.norm(C @ Y)) / total if total else 0.0

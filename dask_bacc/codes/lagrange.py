@@ -57,6 +57,11 @@ class LagrangeCode(Code):
 
     name = "lagrange"
     exact = True
+    check_spare = 1
+
+    @property
+    def assumption(self) -> str:
+        return f"f is a polynomial of degree <= {self.degree}"
 
     def __init__(self, K: int, N: int, degree: int = 1):
         super().__init__(K, N)
@@ -90,6 +95,17 @@ class LagrangeCode(Code):
         fit = chebyshev.chebvander(self._z[idx], need - 1)
         coefficients = np.linalg.lstsq(fit, np.eye(idx.size), rcond=None)[0]
         return chebyshev.chebvander(self._alpha, need - 1) @ coefficients
+
+    def check_matrix(self, returned: Sequence[int]) -> np.ndarray | None:
+        """``I - V V^+`` over the returned points (V: the Chebyshev basis up to the
+        threshold's degree): zero on results of a polynomial f of this degree. None at the
+        threshold itself, where any values fit."""
+        idx = as_returned(returned, self.N)
+        need = self.min_results
+        if idx.size <= need:
+            return None
+        V = chebyshev.chebvander(self._z[idx], need - 1)
+        return np.eye(idx.size) - V @ np.linalg.pinv(V)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "degree": self.degree}

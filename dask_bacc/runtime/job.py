@@ -39,6 +39,7 @@ from distributed import as_completed
 
 from .. import config, diagnostics
 from ..codes import Code
+from ..codes.base import decode_residual
 from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
@@ -509,7 +510,9 @@ class CodedJob:
         specs = [spec_of(self._values[i]) for i in used]
         if self._reject(used, specs):
             return _NOTHING
-        decoded = self.code.decode(np.stack([self._values[i] for i in used]), used)
+        stacked = np.stack([self._values[i] for i in used])
+        decoded = self.code.decode(stacked, used)
+        self.quality.residual = decode_residual(self.code, stacked, used)
         if self.transform is not None:
             decoded = self.transform.inverse(decoded)
         shape, dtype = specs[0]
@@ -531,7 +534,13 @@ class CodedJob:
             TaskSpec(
                 stack_key,
                 stack_decode_task,
-                (D, sketch, self.transform, *[self._evals[i] for i in used]),
+                (
+                    D,
+                    sketch,
+                    self.transform,
+                    self.code.check_matrix(used),
+                    *[self._evals[i] for i in used],
+                ),
                 workers=near,
                 loose=True,
                 keep=False,
@@ -553,6 +562,7 @@ class CodedJob:
             return _NOTHING
         self._stage = []
         self.quality.add_sketches(used, info.get("sketches"))
+        self.quality.residual = info.get("residual")
         shape, dtype = tuple(info["shape"]), info["dtype"]
         out_dtype = self._out_dtype(dtype)
         if self.blocks.gather_output:

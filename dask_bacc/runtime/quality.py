@@ -29,7 +29,7 @@ from .. import config
 from ..codes import Code, InterpolatingCode
 from ..codes.estimate import ErrorEstimate, estimate_error, sketch
 from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
-from ..exceptions import ApproximationWarning
+from ..exceptions import ApproximationWarning, InexactDecode
 from . import keys
 from .wait import FirstK, UntilError, WaitPolicy
 from .worker import sketch_task
@@ -41,6 +41,11 @@ __all__ = [
     "robust_n_coded",
     "robust_policy",
 ]
+
+
+#: Relative residual, per unit of the decode's amplification, above which spare results
+#: contradict an exact code's assumption (rounding gives about 1e-16 per unit).
+CHECK_TOLERANCE = 1e-9
 
 
 def _num(x: float) -> float | None:
@@ -64,6 +69,9 @@ class JobQuality:
         self._sketches: dict[int, np.ndarray | None] = {}
         self._estimated: tuple[int, ...] = ()
         self.last: ErrorEstimate | None = None
+        #: the decode's relative residual against the code's check matrix (exact codes
+        #: with spare results), set where the decode ran
+        self.residual: float | None = None
 
     @property
     def job(self) -> Any:
@@ -216,6 +224,7 @@ class JobQuality:
         rep.late = [i for i in rep.late if i not in set(rep.excluded)]
         if self.code.exact or self.code.is_exact(used):
             estimate = estimate_error(self.code, np.zeros((len(used), 1)), used)
+            self._check_exact(estimate, used)
         elif not self.enabled:
             return
         else:
@@ -233,6 +242,34 @@ class JobQuality:
         rep.block_errors = [_num(x) for x in estimate.per_block]
         rep.estimate_method = estimate.method
         self._warn(estimate, used)
+
+    def _check_exact(self, estimate: ErrorEstimate, used: list[int]) -> None:
+        """An exact code whose exactness rests on an assumption about f (Lagrange): check
+        the decode against the spare results (:attr:`residual`, from the client's values or
+        the decode task), raise :class:`InexactDecode` when they contradict it, and say
+        "unchecked" when there was no spare result."""
+        code, rep = self.code, self.job.report
+        if code.assumption is None or estimate.method != "exact":
+            return
+        residual = self.residual
+        if residual is None:  # no spare result: not a bare 0, which would claim a check
+            estimate.method = "exact-unchecked"
+            estimate.overall = math.nan
+            estimate.per_block = np.full(code.K, math.nan)
+            return
+        rep.check_residual = residual
+        tolerance = CHECK_TOLERANCE * max(1.0, code.amplification(used))
+        if residual > tolerance:
+            exc = InexactDecode(
+                f"{code!r} decoded from {len(used)} results, {len(used) - code.min_results} "
+                f"more than it needs, and they contradict its assumption that {code.assumption}:"
+                f" relative residual {residual:.3g} (rounding gives below {tolerance:.1g}). "
+                "Its decode would be wrong; use an approximate code (code='systematic-spline')"
+                " or the degree of f (code_options={'degree': d})."
+            )
+            exc.residual = residual  # type: ignore[attr-defined]
+            exc.report = rep  # type: ignore[attr-defined]
+            raise exc
 
     def _warn(self, estimate: ErrorEstimate, used: list[int]) -> None:
         """Queue the warnings the decode deserves (the job emits them in the caller's

@@ -85,6 +85,11 @@ class JobReport:
         (about 1 for consistent results; above ``bacc.accuracy.tau`` is flagged).
     transform : str or None
         Name of the transform the job decoded in (``transform=``), if any.
+    check_residual : float or None
+        Lagrange: the relative residual of the used results against "f is a polynomial of
+        the code's degree" (about 1e-15 when it holds; the job raises ``InexactDecode``
+        when it does not). None when no spare result was decoded from
+        (``estimate_method`` ``"exact-unchecked"``).
     """
 
     token: str
@@ -117,6 +122,7 @@ class JobReport:
     suspects: list[int] = field(default_factory=list)
     consistency: dict[int, float] = field(default_factory=dict)
     transform: str | None = None
+    check_residual: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
@@ -170,6 +176,11 @@ class JobReport:
                 f"  estimated relative error {self.error_estimate:.3g}"
                 + (f" (worst block {worst:.3g})" if worst is not None else "")
                 + f" [{self.estimate_method}]"
+            )
+        elif self.estimate_method == "exact-unchecked":
+            lines.append(
+                "  exact if f is a polynomial of the code's degree (no spare result to check "
+                "it) [exact-unchecked]"
             )
         elif self.estimate_method is not None:
             lines.append(f"  estimated relative error unknown [{self.estimate_method}]")

@@ -45,7 +45,9 @@ class WaitPolicy:
         returned = list(returned)
         if len(returned) >= self.target(code) and code.can_decode(returned):
             return True
-        return code.is_exact(returned)
+        # an approximate (systematic) code whose set is exact; an exact code waits for
+        # its target (Lagrange's default includes a spare result to check the decode)
+        return not code.exact and code.is_exact(returned)
 
     def validate(self, code: Code) -> None:
         """Raise ``ValueError`` if the code can never decode from what this policy waits for."""
@@ -185,13 +187,14 @@ def resolve_wait(wait: int | float | WaitPolicy | None, code: Code) -> WaitPolic
     Defaults: an approximate code waits for ``bacc.wait.<name>`` (Berrut and spline: a
     fraction of N, 0.75 out of the box), then keeps collecting for ``bacc.wait.grace``
     (0.2) times the time that took;
-    exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``;
-    repetition: a copy of every block; uncoded: all K). An explicit ``wait=k`` or
+    exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``, plus one
+    spare result that checks the decode when N allows; repetition: a copy of every block;
+    uncoded: all K). An explicit ``wait=k`` or
     ``wait=fraction`` has no grace; pass ``FirstK(k, grace=...)`` for one.
     """
     if wait is None:
-        if code.exact:
-            policy: WaitPolicy = FirstK(code.min_results)
+        if code.exact:  # Lagrange: one spare result checks that f is a polynomial
+            policy: WaitPolicy = FirstK(min(code.N, code.min_results + code.check_spare))
         else:
             policy = Fraction(
                 float(config.get(f"wait.{code.name}", 1.0)),

@@ -14,6 +14,7 @@ on the workers.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -422,10 +423,16 @@ class Decoded:
 
 
 def stack_decode_task(
-    D: np.ndarray, sketch: tuple[int, int] | None, transform: Any, *results: np.ndarray
+    D: np.ndarray,
+    sketch: tuple[int, int] | None,
+    transform: Any,
+    check: np.ndarray | None,
+    *results: np.ndarray,
 ) -> Decoded:
     """All K decoded blocks from the used results: one tiled matrix product ``D @ results``
-    (then ``transform.inverse`` when the job decodes in a transformed domain).
+    (then ``transform.inverse`` when the job decodes in a transformed domain), and with a
+    ``check`` matrix (an exact code's spare results) the relative residual
+    ``||check @ results|| / ||results||`` in the summary.
 
     Checks first that the results agree in shape and dtype (``InconsistentResults``
     otherwise), and sketches each result when ``sketch = (size, seed)`` is given, so the
@@ -451,7 +458,13 @@ def stack_decode_task(
         from ..codes.estimate import sketch as sketch_of
 
         sketches = [sketch_of(r, sketch[0], sketch[1], transform) for r in results]
-    return Decoded(blocks, {"shape": expected[0], "dtype": expected[1], "sketches": sketches})
+    residual = None
+    if check is not None:
+        total = math.sqrt(sum(float(np.vdot(r, r).real) for r in map(np.asarray, results)))
+        off = float(np.linalg.norm(matmul_tiled(check, results)))
+        residual = off / total if total else 0.0
+    info = {"shape": expected[0], "dtype": expected[1], "sketches": sketches}
+    return Decoded(blocks, {**info, "residual": residual})
 
 
 def decoded_block(decoded: Decoded, j: int) -> np.ndarray:

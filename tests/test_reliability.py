@@ -1,0 +1,76 @@
+"""Regression tests for the chaos and fuzz run (issue 13): exact means checked, no leaks."""
+
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import dask
+import numpy as np
+import pytest
+from distributed.utils_test import gen_cluster
+
+import dask_bacc
+from dask_bacc.codes import LagrangeCode
+from dask_bacc.codes.base import decode_residual
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+EIGHT = [("127.0.0.1", 1)] * 8
+X = np.random.default_rng(0).standard_normal((36, 3))
+
+
+def quadratic(b):
+    return b * b + 2 * b
+
+
+def test_check_matrix_vanishes_exactly_on_polynomials_of_the_degree():
+    blocks = np.stack(np.split(X, 4))
+    code = LagrangeCode(4, 12, degree=2)
+    ok = np.stack([quadratic(s) for s in code.encode(blocks)])
+    bad = np.stack([np.tanh(s) for s in code.encode(blocks)])
+    for returned in ([0, 2, 3, 5, 6, 8, 9, 11], list(range(12))):
+        assert decode_residual(code, ok[returned], returned) < 1e-13
+        assert decode_residual(code, bad[returned], returned) > 1e-3
+    assert code.check_matrix(list(range(7))) is None  # the threshold: anything fits
+    assert decode_residual(code, ok[:7], list(range(7))) is None
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_lagrange_with_the_wrong_degree_raises_instead_of_claiming_exact(c, s, *workers):
+    """The chaos run's wrong answer labelled exact: f of degree 2 under a degree-1 code.
+    The default wait collects one spare result, which contradicts the decode."""
+    job = await dask_bacc.submit_coded(quadratic, X, n_blocks=4, code="lagrange", client=c)
+    assert job.report.wait_target == 5  # threshold 4 plus one spare
+    with pytest.raises(dask_bacc.InexactDecode, match="polynomial of degree <= 1") as info:
+        await job
+    assert info.value.residual > 1e-3 and info.value.report is job.report
+    assert job.report.status == "error"
+    # forced onto the cluster decode: the decode task computes the same check
+    with dask.config.set({"bacc.client-decode-limit": 0}):
+        job = await dask_bacc.submit_coded(quadratic, X, n_blocks=4, code="lagrange", client=c)
+        with pytest.raises(dask_bacc.InexactDecode):
+            await job
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_lagrange_checked_or_said_unchecked(c, s, *workers):
+    for limit in ("256 MiB", 0):  # client decode, cluster decode
+        with dask.config.set({"bacc.client-decode-limit": limit}):
+            job = await dask_bacc.submit_coded(
+                quadratic, X, n_blocks=4, code="lagrange", code_options={"degree": 2}, client=c
+            )
+            out = await job
+        rep = job.report
+        np.testing.assert_allclose(out, quadratic(X), rtol=1e-9, atol=1e-12)
+        assert rep.estimate_method == "exact" and rep.error_estimate == 0.0
+        assert rep.check_residual is not None and rep.check_residual < 1e-12
+    # N at the threshold: nothing to check with, and the report says so
+    job = await dask_bacc.submit_coded(
+        quadratic, X, n_blocks=4, code="lagrange", code_options={"degree": 2}, n_coded=7, client=c
+    )
+    out = await job
+    rep = job.report
+    np.testing.assert_allclose(out, quadratic(X), rtol=1e-9, atol=1e-12)
+    assert rep.estimate_method == "exact-unchecked" and rep.error_estimate is None
+    assert "exact if f is a polynomial" in repr(rep)
