@@ -275,14 +275,16 @@ async def test_apply_ufunc_rewrite_equals_map_coded(c, s, *workers):
         return gated_share(b, W3, slow, "rw-xr")
 
     y = xr.apply_ufunc(f, obj, dask="parallelized", output_dtypes=[float], keep_attrs=True)
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     assert isinstance(z, xr.DataArray) and z.dims == y.dims and z.name == y.name
     assert z.attrs == y.attrs and z.chunks == y.chunks
     xr.testing.assert_identical(z.coords.to_dataset(), y.coords.to_dataset())
     rewritten = (await c.compute(z)).values
     await drain(release, workers)
     direct = await c.compute(
-        await dask_bacc.map_coded(f, obj.data, n_coded=N, wait=N - len(SLOW), client=c)
+        await dask_bacc.map_coded(
+            f, obj.data, n_coded=N, wait=N - len(SLOW), code="berrut", client=c
+        )
     )
     np.testing.assert_allclose(rewritten, direct, rtol=1e-12, atol=1e-12)
     await release.set()
@@ -314,7 +316,7 @@ async def test_xr_map_blocks_rewrite_equals_map_coded(c, s, *workers):
     release = Event("rw-xr-blocks", client=c)
     slow = slow_shares(X)
     y = xr.map_blocks(gated_dataset, ds, args=(slow, "rw-xr-blocks"))
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW))
+    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     assert isinstance(z, xr.Dataset) and z.chunks == y.chunks and z.attrs == y.attrs
     rewritten = await c.compute(z)
     await drain(release, workers)
@@ -327,6 +329,7 @@ async def test_xr_map_blocks_rewrite_equals_map_coded(c, s, *workers):
             dim="time",
             n_coded=N,
             wait=N - len(SLOW),
+            code="berrut",
             client=c,
         )
     )

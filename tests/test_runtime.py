@@ -123,7 +123,7 @@ async def test_keys_and_strict_pinning(c, s, *workers):
     release = Event("release-pin", client=c)
     names = {str(w.name) for w in workers}
     job = await dask_bacc.submit_coded(
-        gated, X, names, "release-pin", n_blocks=4, n_coded=8, wait=8, client=c
+        gated, X, names, "release-pin", n_blocks=4, n_coded=8, wait=8, code="berrut", client=c
     )
     while len([k for k in s.tasks if str(k).startswith(f"('bacc-eval-{job.token}'")]) < 8:
         await asyncio.sleep(0.01)
