@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import sys
 
 import cloudpickle
@@ -74,3 +76,47 @@ async def test_lagrange_checked_or_said_unchecked(c, s, *workers):
     np.testing.assert_allclose(out, quadratic(X), rtol=1e-9, atol=1e-12)
     assert rep.estimate_method == "exact-unchecked" and rep.error_estimate is None
     assert "exact if f is a polynomial" in repr(rep)
+
+
+def divide_by_zero(b):
+    return 1 / 0 * b
+
+
+def nan_block(b):
+    return np.full(b.shape, np.nan)
+
+
+def no_array(b):
+    return None
+
+
+def text(b):
+    return "x"
+
+
+async def no_bacc_tasks(s, timeout=5.0):
+    """Wait until the scheduler forgot every bacc-* task (fail after ``timeout`` s)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        left = [k for k in s.tasks if "bacc-" in str(k)]
+        if not left:
+            return
+        assert asyncio.get_running_loop().time() < deadline, left
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("func", [divide_by_zero, nan_block, no_array, text])
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_a_failed_job_releases_its_tasks_without_a_gc(c, s, *workers, func):
+    """The fuzz run's leak: a job whose func raises or returns something undecodable kept
+    its erred eval tasks on the scheduler until gc.collect() broke a job <-> exception
+    (traceback frames) cycle."""
+    gc.disable()
+    try:
+        with pytest.raises(dask_bacc.InsufficientResults):
+            await dask_bacc.map_coded(
+                func, np.ones((36, 3)), n_blocks=4, code="repetition", client=c
+            )
+        await no_bacc_tasks(s)
+    finally:
+        gc.enable()

@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import re
 import time
+import traceback
 import uuid
 import warnings
 import weakref
@@ -340,6 +341,10 @@ class CodedJob:
         except asyncio.CancelledError:
             self._set_cancelled()
         except Exception as exc:
+            # the traceback's frames (the loop's included) hold the job's futures: keep the
+            # lines, drop the locals, or the job <-> exception cycle keeps its tasks on the
+            # scheduler until the cyclic garbage collector runs
+            traceback.clear_frames(exc.__traceback__)
             self._exception = exc
             self.report.status = "error"
             self.report.error = _describe(exc)
