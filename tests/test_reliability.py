@@ -120,3 +120,39 @@ async def test_a_failed_job_releases_its_tasks_without_a_gc(c, s, *workers, func
         await no_bacc_tasks(s)
     finally:
         gc.enable()
+
+
+def sleepy(b, slow_name):
+    """tanh(b), three seconds late on the worker named ``slow_name``."""
+    import time
+
+    from distributed import get_worker
+
+    if str(get_worker().name) == slow_name:
+        time.sleep(3)
+    return np.tanh(b)
+
+
+def test_two_clients_in_one_process_leak_nothing():
+    """The chaos run's leak: a job on a client that is not the default client, with a
+    straggler still running at the end, left its eval tasks on the scheduler forever (the
+    clean-up bound an asyncio object to the default client's loop and died)."""
+    import time
+
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(
+        n_workers=8, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as lc:
+        with Client(lc.scheduler_address) as c1, Client(lc.scheduler_address) as c2:
+            assert c2 is dask_bacc.runtime.submit.default_client() and c1 is not c2
+            slow = next(iter(lc.workers.values())).name
+            for _ in range(3):
+                job = dask_bacc.submit_coded(
+                    sleepy, X, str(slow), n_blocks=4, n_coded=8, wait=6, code="berrut", client=c1
+                )
+                job.result()
+            deadline = time.monotonic() + 15
+            while any("bacc-" in str(k) for k in lc.scheduler.tasks):
+                assert time.monotonic() < deadline, list(lc.scheduler.tasks)
+                time.sleep(0.1)
