@@ -156,3 +156,26 @@ def test_two_clients_in_one_process_leak_nothing():
             while any("bacc-" in str(k) for k in lc.scheduler.tasks):
                 assert time.monotonic() < deadline, list(lc.scheduler.tasks)
                 time.sleep(0.1)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
+    """The chaos run's memory growth: one distributed span per job, never removed. Beyond
+    bacc.diagnostics.history finished jobs, spans older than span-ttl are dropped."""
+    ext = s.extensions["spans"]
+    with dask.config.set({"bacc.diagnostics.history": 3, "bacc.diagnostics.span-ttl": "0s"}):
+        for _ in range(12):
+            await dask_bacc.map_coded(np.tanh, X, n_blocks=4, n_coded=8, code="berrut", client=c)
+        await no_bacc_tasks(s)
+        await dask_bacc.map_coded(np.tanh, X, n_blocks=4, n_coded=8, code="berrut", client=c)
+    roots = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
+    assert len(roots) <= 3 + 1  # the history, and the newest job
+    assert len(ext.spans_search_by_tag["bacc"]) == 2 * len(roots)
+    # the pruned ones stay known by id (a heartbeat may still name them), emptied
+    pruned = [sp for sp in ext.spans.values() if sp.name[0] == "bacc" and sp not in roots]
+    pruned = [sp for sp in pruned if sp.parent not in roots]
+    assert len(pruned) >= 2 * (13 - 4)
+    assert all(not sp.groups and not sp._code for sp in pruned)
+    # the dashboard's span views still work on what is left; the workers are all alive
+    assert ext.merge_by_tags("bacc").done
+    assert len(s.workers) == 8

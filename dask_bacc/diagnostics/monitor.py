@@ -96,6 +96,49 @@ def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=default))
 
 
+def prune_spans(scheduler: Any, keep: int, ttl: float, now: float) -> int:
+    """On the scheduler: forget the ``("bacc", func)`` spans of finished coded jobs beyond
+    the newest ``keep``, once ``ttl`` seconds have passed since their last task ended.
+
+    distributed keeps every span forever (about 40 kB per coded job, each job opening its
+    own span). Only spans whose task groups are all gone from the scheduler are pruned:
+    they leave the dashboard's lists and lose their task groups, code and metrics, but
+    the emptied Span objects stay known by id (a few hundred bytes each), since a worker
+    heartbeat naming an unknown span id would close that worker. Returns the number of
+    spans pruned.
+    """
+    ext = getattr(scheduler, "extensions", {}).get("spans")
+    if ext is None:
+        return 0
+    roots = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
+    pruned = 0
+    for root in roots[: max(len(roots) - keep, 0)]:
+        subtree = list(root.traverse_spans())
+        groups = [tg for sp in subtree for tg in sp.groups]
+        if any(tg.name in scheduler.task_groups or not tg.done for tg in groups):
+            continue  # its tasks are still on the scheduler
+        ended = max((tg.stop for tg in groups), default=root.enqueued)
+        if now - ended < ttl:
+            continue
+        for sp in subtree:
+            for index, key in [(ext.spans_search_by_name, sp.name)] + [
+                (ext.spans_search_by_tag, tag) for tag in sp.name
+            ]:
+                entries = index.get(key)
+                if entries is not None and sp in entries:
+                    entries.remove(sp)
+                    if not entries:
+                        del index[key]
+            sp.groups.clear()
+            sp.children.clear()
+            sp._code.clear()
+            sp._cumulative_worker_metrics.clear()
+            sp._metadata = None
+            pruned += 1
+        ext.root_spans.remove(root)
+    return pruned
+
+
 class JobMonitor:
     """A coded job's link to the diagnostics (scheduler plugin, span, progress bar)."""
 

@@ -44,6 +44,7 @@ from ..codes.base import decode_residual
 from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
+from ..diagnostics.monitor import prune_spans
 from ..exceptions import InsufficientResults
 from . import keys
 from .decide import Decider, Decode, GiveUp
@@ -107,6 +108,15 @@ def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: A
         ts = dask_scheduler.tasks.get(key)
         if ts is not None and ts.state == "processing":
             running.append(key)
+    # the spans of long-finished jobs, or the scheduler's memory grows with every job
+    from distributed.metrics import time as now
+
+    prune_spans(
+        dask_scheduler,
+        keep=int(config.get("diagnostics.history", 100)),
+        ttl=_seconds(config.get("diagnostics.span-ttl", "60s")),
+        now=now(),
+    )
     return running
 
 
