@@ -179,3 +179,20 @@ async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
     # the dashboard's span views still work on what is left; the workers are all alive
     assert ext.merge_by_tags("bacc").done
     assert len(s.workers) == 8
+
+
+def positives(b):
+    return b[b[:, 0] > 0]
+
+
+@pytest.mark.parametrize("code", ["berrut", "systematic-spline", "repetition"])
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_a_value_dependent_output_shape_is_an_error_not_a_silent_answer(c, s, *workers, code):
+    """The chaos run's silent approximate answers: f = b[b[:, 0] > 0] gave a decoded output
+    of a made-up shape (from the few results that happened to agree)."""
+    data = np.random.default_rng(2).standard_normal((400, 3))
+    for limit in ("256 MiB", 0):  # client decode, cluster decode
+        with dask.config.set({"bacc.client-decode-limit": limit}):
+            with pytest.raises(ValueError, match="output shape depends on the values"):
+                await dask_bacc.map_coded(positives, data, n_blocks=4, code=code, client=c)
+    await no_bacc_tasks(s)

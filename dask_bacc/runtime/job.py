@@ -506,8 +506,24 @@ class CodedJob:
                 self.decider.lost(i, f"result lost with worker {self.workers[i]}")
 
     def _reject(self, used: list[int], specs: list[tuple[tuple[int, ...], str]]) -> bool:
-        """Write off the results whose shape/dtype differs from the majority; True if any."""
+        """Write off the results whose shape/dtype differs from the majority; True if any.
+
+        One odd result is an erasure (a faulty worker). Two or more results whose shapes
+        differ from the majority mean f's output shape depends on the values in its block
+        (a boolean mask, a groupby of mixed values): no decode can rebuild that, so the
+        job fails with a ``ValueError`` instead of decoding from the few that agree.
+        """
         expected, bad = consistent(specs)
+        shapes = sorted({specs[p][0] for p in bad if specs[p][0] != expected[0]})
+        if sum(specs[p][0] != expected[0] for p in bad) >= 2:
+            raise ValueError(
+                f"func's output shape depends on the values in its block: the coded results "
+                f"have shapes {[expected[0], *shapes][:6]} (and {len(bad)} of {len(specs)} "
+                "differ from the most common one). Coded computing decodes f's outputs "
+                "from combinations of blocks, so the shape of f(block) must depend only on "
+                "the block's shape (no boolean masks or value-dependent groupbys); run this "
+                "f with plain Dask (e.g. map_blocks / map_partitions)."
+            )
         for p in bad:
             shape, dtype = specs[p]
             self.decider.rejected(
