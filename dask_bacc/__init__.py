@@ -8,6 +8,7 @@ from .exceptions import (
     InsufficientResults,
     InvalidResult,
     RewriteError,
+    SuspectResultsWarning,
 )
 from .runtime import (
     CodedJob,
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidResult",
     "JobReport",
     "RewriteError",
+    "SuspectResultsWarning",
     "UntilError",
     "WaitPolicy",
     "__version__",

@@ -8,6 +8,7 @@ __all__ = [
     "InsufficientResults",
     "InvalidResult",
     "RewriteError",
+    "SuspectResultsWarning",
 ]
 
 
@@ -46,4 +47,12 @@ class InexactDecode(ValueError):
     Attributes ``residual`` (the relative residual of the results against the code's
     assumption) and ``report`` (the job's report) say how far off it was. Use an
     approximate code, or Lagrange with the right ``degree``.
+    """
+
+
+class SuspectResultsWarning(UserWarning):
+    """Some coded results are inconsistent with the others (``report.suspects``) and were
+    decoded in: a worker may have returned a corrupted result. The warning names them and
+    how far they moved the answer, which ``report.error_estimate`` includes; pass
+    ``adversaries=k`` to locate and exclude up to k corrupted results.
     """

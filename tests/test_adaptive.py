@@ -274,11 +274,16 @@ async def test_detector_reports_an_inconsistent_result(c, s, *workers):
         client=c,
         code="berrut",
     )
-    await job
+    with pytest.warns(dask_bacc.SuspectResultsWarning, match=r"coded tasks \[5\]") as w:
+        out = await job
     rep = job.report
     assert rep.suspects == [5] and rep.consistency[5] > 4
     assert 5 in rep.returned  # reported only, still decoded in
     assert "inconsistent with the others" in repr(rep)
+    assert "adversaries=k" in str(w[0].message)
+    # the estimate includes how far the suspect moved the answer: not far too low
+    true = rel(out, np.tanh(SMOOTH))
+    assert rep.error_estimate >= 0.5 * true
 
 
 @gen_cluster(client=True, nthreads=EIGHT)
@@ -310,3 +315,68 @@ async def test_adversaries_validation_before_submitting(c, s, *workers):
     await job
     rep = job.report
     assert (rep.K, rep.N) == (2, 7) and rep.wait_target == 6
+
+
+def garbage_on(x, bad):
+    """tanh(x); the workers named in ``bad`` return large noise, each its own (Byzantine;
+    identical garbage from two workers would be mutually consistent, a documented limit)."""
+    y = np.tanh(x)
+    name = str(get_worker().name)
+    if name in bad:
+        return 10.0 * np.random.default_rng(sum(map(ord, name))).standard_normal(y.shape)
+    return y
+
+
+def flip_on(x, bad):
+    """tanh(x); the workers named in ``bad`` return -tanh(x) (a sign flip)."""
+    y = np.tanh(x)
+    return -y if str(get_worker().name) in bad else y
+
+
+def warned(caught, category):
+    return [w for w in caught if issubclass(w.category, category)]
+
+
+@pytest.mark.parametrize(
+    ("code", "func", "where", "adversaries"),
+    [
+        ("systematic-spline", garbage_on, (5,), 0),  # the default code, no adversaries=
+        ("berrut", garbage_on, (5,), 0),
+        ("systematic-spline", garbage_on, None, 0),  # a corrupted systematic result
+        ("berrut", flip_on, (0,), 0),  # a sign flip at an end point
+        ("berrut", flip_on, (11,), 1),
+        ("berrut", garbage_on, (3, 8), 1),  # more corrupted results than adversaries=
+    ],
+)
+@gen_cluster(client=True, nthreads=TWELVE)
+async def test_corruption_is_excluded_or_warns(c, s, *workers, code, func, where, adversaries):
+    """The chaos run's silent corruptions: every corrupted result is either excluded
+    (report.excluded) or named in a SuspectResultsWarning, and the error estimate is not
+    far below the true error of what was decoded."""
+    if where is None:  # the worker holding block 1's systematic share
+        where = (int(get_code(code, 4, 12).systematic_workers[1]),)
+    bad, _ = await names_at(c, where, 12)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        job = await dask_bacc.submit_coded(
+            func,
+            SMOOTH,
+            bad,
+            n_blocks=4,
+            n_coded=12,
+            wait=12,
+            code=code,
+            adversaries=adversaries or None,
+            client=c,
+        )
+        out = await job
+    rep = job.report
+    suspects = warned(caught, dask_bacc.SuspectResultsWarning)
+    for i in where:
+        assert i in rep.excluded or (i in rep.suspects and suspects), (i, rep)
+    true = rel(out, np.tanh(SMOOTH))
+    if true > 1e-6:
+        assert rep.error_estimate is not None and rep.error_estimate >= true / 3, (
+            rep.error_estimate,
+            true,
+        )

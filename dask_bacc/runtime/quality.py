@@ -29,7 +29,7 @@ from .. import config
 from ..codes import Code, InterpolatingCode
 from ..codes.estimate import ErrorEstimate, estimate_error, sketch
 from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
-from ..exceptions import ApproximationWarning, InexactDecode
+from ..exceptions import ApproximationWarning, InexactDecode, SuspectResultsWarning
 from . import keys
 from .wait import FirstK, UntilError, WaitPolicy
 from .worker import sketch_task
@@ -222,7 +222,7 @@ class JobQuality:
         """Fill the report's error estimate (and consistency check) for the decode from ``used``."""
         rep = self.job.report
         rep.late = [i for i in rep.late if i not in set(rep.excluded)]
-        if self.code.exact or self.code.is_exact(used):
+        if self.code.exact or (not self.enabled and self.code.is_exact(used)):
             estimate = estimate_error(self.code, np.zeros((len(used), 1)), used)
             self._check_exact(estimate, used)
         elif not self.enabled:
@@ -234,14 +234,62 @@ class JobQuality:
                 rep.estimate_method = "unknown"
                 return
             estimate = estimate_error(self.code, Y, have, transform=self.transform)
-            if not self.adversaries:
-                found = detect_inconsistent(self.code, Y, have, tau=self.tau)
-                rep.suspects = found.flagged
-                rep.consistency = found.scores
+            # also after adversaries= excluded what it located, and for a systematic set
+            # that decodes exactly (a corrupted systematic result would be passed on as is)
+            found = detect_inconsistent(self.code, Y, have, tau=self.tau)
+            rep.suspects = found.flagged
+            rep.consistency = {**rep.consistency, **found.scores}
+            if found.flagged:
+                self._add_suspects(estimate, Y, have, found.flagged)
         rep.error_estimate = _num(estimate.overall)
         rep.block_errors = [_num(x) for x in estimate.per_block]
         rep.estimate_method = estimate.method
         self._warn(estimate, used)
+
+    def _add_suspects(
+        self, estimate: ErrorEstimate, Y: np.ndarray, have: list[int], suspects: list[int]
+    ) -> None:
+        """Results flagged as inconsistent were decoded in: add how far they moved the
+        decode (with against without them, on the sketches) to the error estimate, so an
+        undetected corruption cannot leave it far too low, and warn."""
+        keep = [p for p, i in enumerate(have) if i not in set(suspects)]
+        if not keep:
+            return
+        code = self.code
+        flat = Y.reshape(len(have), -1)
+        with_all = code.decoding_matrix(have) @ flat
+        without = code.decoding_matrix([have[p] for p in keep]) @ flat[keep]
+        if self.transform is not None:  # row samples: compare as the user sees them
+            inner = Y.shape[1:]
+            with np.errstate(over="ignore", invalid="ignore"):
+                with_all = self.transform.inverse(with_all.reshape(-1, *inner))
+                without = self.transform.inverse(without.reshape(-1, *inner))
+            with_all, without = with_all.reshape(code.K, -1), without.reshape(code.K, -1)
+        shift = np.linalg.norm(with_all - without, axis=1)
+        norm = np.linalg.norm(without, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(shift == 0, 0.0, shift / norm)
+            moved = float(np.sqrt(np.sum(shift**2) / np.sum(norm**2)))
+        estimate.per_block = np.sqrt(np.asarray(estimate.per_block) ** 2 + rel**2)
+        estimate.overall = float(np.sqrt(estimate.overall**2 + moved**2))
+        if estimate.method == "exact":
+            estimate.method = "exact-but-suspect"
+        rep = self.job.report
+        ratios = ", ".join(f"{i}: {rep.consistency.get(i, math.nan):.3g}" for i in suspects)
+        self.job.warn(
+            SuspectResultsWarning(
+                f"the results of coded tasks {suspects} are inconsistent with the others "
+                f"(leave-one-out ratio {ratios}; about 1 is consistent) and were decoded in: "
+                f"they moved the answer by about {_fmt(moved)} relative (included in "
+                "report.error_estimate). A worker may have returned a corrupted result; "
+                + (
+                    f"adversaries={self.adversaries} excluded {rep.excluded or 'none'}, "
+                    "raise it to exclude more."
+                    if self.adversaries
+                    else "pass adversaries=k to locate and exclude up to k of them."
+                )
+            )
+        )
 
     def _check_exact(self, estimate: ErrorEstimate, used: list[int]) -> None:
         """An exact code whose exactness rests on an assumption about f (Lagrange): check
