@@ -196,3 +196,41 @@ async def test_a_value_dependent_output_shape_is_an_error_not_a_silent_answer(c,
             with pytest.raises(ValueError, match="output shape depends on the values"):
                 await dask_bacc.map_coded(positives, data, n_blocks=4, code=code, client=c)
     await no_bacc_tasks(s)
+
+
+def test_timeout_bounds_reaching_the_scheduler_and_a_closed_client_is_named():
+    import time
+
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(
+        n_workers=8, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as lc:
+        c = Client(lc)
+        job = dask_bacc.submit_coded(sleepy, X, "none", n_blocks=4, client=c)
+        c.close()
+        with pytest.raises(RuntimeError, match="client was closed before the job finished"):
+            job.result()
+    gone = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    c2 = Client(gone.scheduler_address)
+    gone.close()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="could not reach the scheduler"):
+        dask_bacc.map_coded(np.tanh, X, n_blocks=2, client=c2, timeout=2)
+    assert time.monotonic() - start < 10  # not distributed's 30 s connect timeout
+    c2.close()
+
+
+def test_estimates_and_screening_of_huge_values_do_not_overflow():
+    """Data near 1e200 gave overflow RuntimeWarnings (errors under this suite's filters)
+    and an estimate of None, though the decode was fine."""
+    from dask_bacc.codes import BerrutCode, detect_inconsistent, estimate_error
+
+    code = BerrutCode(4, 12)
+    blocks = np.stack(np.split(X, 4))
+    results = np.tanh(code.encode(blocks))
+    returned = list(range(11))
+    small = estimate_error(code, results[returned], returned)
+    huge = estimate_error(code, 1e200 * results[returned], returned)
+    assert np.isfinite(huge.overall) and np.isclose(huge.overall, small.overall)
+    assert detect_inconsistent(code, 1e200 * results[returned], returned).flagged == []

@@ -348,6 +348,12 @@ def estimate_error(
         return ErrorEstimate(0.0, np.zeros(K), "exact", n_results=idx.size)
     if not isinstance(code, InterpolatingCode):
         return ErrorEstimate(math.nan, np.full(K, math.nan), "unknown", n_results=idx.size)
+    if transform is None:
+        # relative errors do not depend on scale: work on results scaled to at most 1 in
+        # magnitude, so data near 1e200 neither overflows nor loses the estimate
+        peak = float(np.abs(Y).max()) if Y.size else 0.0
+        if peak > 0 and np.isfinite(peak):
+            Y = Y / peak
     out = _identity if transform is None else _Inverse(transform, results.shape[1:])
     z = code.worker_points[idx]
     alpha = code.data_points

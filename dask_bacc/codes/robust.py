@@ -275,6 +275,7 @@ def locate_corrupted(
     """
     _check_interpolating(code, "robust decoding")
     idx, Y = _sorted(code, returned, np.asarray(results))
+    Y = _unit_scale(Y)
     A = int(adversaries)
     if A < 1:
         return Screening()
@@ -321,6 +322,7 @@ def detect_inconsistent(
     if not isinstance(code, InterpolatingCode):
         return Screening()
     idx, Y = _sorted(code, returned, np.asarray(results))
+    Y = _unit_scale(Y)
     if idx.size < 4:
         return Screening()
     z = code.worker_points[idx]
@@ -333,6 +335,13 @@ def detect_inconsistent(
         scores={int(idx[i]): s for i, s in scores.items()},
         candidates=sorted(int(idx[i]) for i in candidates),
     )
+
+
+def _unit_scale(Y: np.ndarray) -> np.ndarray:
+    """Results scaled to at most 1 in magnitude: the tests compare ratios, and squares of
+    data near 1e200 would overflow."""
+    peak = float(np.abs(Y).max()) if Y.size else 0.0
+    return Y / peak if peak > 0 and np.isfinite(peak) else Y
 
 
 def _loo_code(code: InterpolatingCode) -> InterpolatingCode | None:

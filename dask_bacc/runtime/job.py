@@ -221,6 +221,13 @@ class CodedJob:
             with contextlib.suppress(Exception):
                 self.cancel()
             raise
+        except RuntimeError as exc:
+            if self.client.status in ("closing", "closed") or "loop is closed" in str(exc).lower():
+                raise RuntimeError(
+                    f"coded job {self.token}: its client was closed before the job "
+                    "finished; keep the client open until the result is taken"
+                ) from exc
+            raise
         self._emit(stacklevel)
         return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import math
 import numbers
@@ -136,16 +137,22 @@ async def _submit(
     avoid: tuple[str, ...] = (),
     transform: Transform | None = None,
 ) -> CodedJob:
-    workers, n_workers = await _live_workers(client)
+    if timeout is None:
+        timeout = config.get("timeout", None)
+    timeout = None if timeout is None else float(timeout)
+    try:  # timeout= bounds the whole call, reaching the scheduler included
+        workers, n_workers = await asyncio.wait_for(_live_workers(client), timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(
+            f"could not reach the scheduler at {client.scheduler.address} within "
+            f"timeout={timeout:g}s"
+        ) from None
     if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
         # default K leaves room for the 2K + 2A - 1 results robust decoding needs
         labels = {**labels, "max_blocks": robust_max_blocks(n_workers, adversaries)}
         data_blocks = adapt(data, **labels)
     else:
         data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
-    if timeout is None:
-        timeout = config.get("timeout", None)
-    timeout = None if timeout is None else float(timeout)
     if isinstance(code, str) and code.lower() == "speculative":
         if adversaries:
             raise ValueError("adversaries= is implemented for the Berrut codes, not speculative")
