@@ -113,13 +113,21 @@ async def test_a_failed_job_releases_its_tasks_without_a_gc(c, s, *workers, func
     (traceback frames) cycle."""
     gc.disable()
     try:
-        with pytest.raises(dask_bacc.InsufficientResults):
+        with pytest.raises(dask_bacc.InsufficientResults) as info:
             await dask_bacc.map_coded(
                 func, np.ones((36, 3)), n_blocks=4, code="repetition", client=c
             )
         await no_bacc_tasks(s)
     finally:
         gc.enable()
+    # the reason is named, not only its kind ("8 x InvalidResult")
+    why = {
+        divide_by_zero: "8 x ZeroDivisionError",
+        nan_block: "8 x InvalidResult: result contains # NaN/inf value(s)",
+        no_array: "8 x InvalidResult: result has dtype object",
+        text: "8 x InvalidResult: result has dtype <U1",
+    }[func]
+    assert why in str(info.value), str(info.value)
 
 
 def sleepy(b, slow_name):

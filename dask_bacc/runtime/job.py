@@ -658,9 +658,11 @@ class CodedJob:
     def _insufficient(self, action: GiveUp) -> Exception:
         rep, need = self.report, self.policy.target(self.code)
         self._sync_report()
-        # "worker tcp://1.2.3.4:567 left ..." and "ValueError: ..." -> one line per kind
+        # one line per kind, naming what was wrong ("InvalidResult: result contains # NaN/inf
+        # value(s)", "worker <addr> left"), with addresses and counts folded
         reasons = Counter(
-            re.sub(r"[a-z]+://\S+", "<addr>", r).split(": ")[0] for r in rep.failed.values()
+            re.sub(r"\b\d+\b", "#", re.sub(r"[a-z]+://\S+", "<addr>", r))[:160]
+            for r in rep.failed.values()
         )
         why = [f"{n} x {r}" for r, n in reasons.most_common()]
         if action.pending:
