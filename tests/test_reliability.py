@@ -242,3 +242,15 @@ def test_estimates_and_screening_of_huge_values_do_not_overflow():
     huge = estimate_error(code, 1e200 * results[returned], returned)
     assert np.isfinite(huge.overall) and np.isclose(huge.overall, small.overall)
     assert detect_inconsistent(code, 1e200 * results[returned], returned).flagged == []
+
+
+def test_coded_rejects_what_map_coded_rejects_when_called():
+    """The chaos run's late validation: coded(ddf.map_partitions(f)) on a frame with a
+    categorical column returned without complaint and failed only inside the driver task."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    df = pd.DataFrame({"a": np.arange(40.0), "k": pd.Categorical(["x", "y"] * 20)})
+    ddf = dd.from_pandas(df, npartitions=4)
+    with pytest.raises(TypeError, match="non-numeric column"):
+        dask_bacc.coded(ddf.map_partitions(lambda p: p.assign(a=p.a * 2)))

@@ -19,6 +19,7 @@ import numpy as np
 from .. import config
 from ..codes import Code, code_class
 from ..codes.transform import get_transform
+from ..collections import adapt
 from ..collections.rewrite import MapCall, find_map
 from ..diagnostics.monitor import _jsonable
 from ..exceptions import RewriteError
@@ -108,6 +109,9 @@ def coded(
     if code is None:
         code = config.get("code", "systematic-spline")
     _check_common(call.func, code, n_coded, timeout, code_options)
+    # what map_coded would reject about the data (non-numeric columns, uneven chunks...)
+    # is rejected now, not at compute time inside the driver task; nothing is computed
+    adapt(call.data, **({"dim": call.dim} if call.kind == "xarray.map_blocks" else {}))
     # decoded through a transform's inverse: float, as for the approximate codes
     exact_dtypes = _keeps_dtype(code) and transform is None
     options = {
