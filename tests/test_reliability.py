@@ -223,7 +223,7 @@ def test_timeout_bounds_reaching_the_scheduler_and_a_closed_client_is_named():
     c2 = Client(gone.scheduler_address)
     gone.close()
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match="could not reach the scheduler"):
+    with pytest.raises(TimeoutError, match="could not be reached"):
         dask_bacc.map_coded(np.tanh, X, n_blocks=2, client=c2, timeout=2)
     assert time.monotonic() - start < 10  # not distributed's 30 s connect timeout
     c2.close()
@@ -254,3 +254,26 @@ def test_coded_rejects_what_map_coded_rejects_when_called():
     ddf = dd.from_pandas(df, npartitions=4)
     with pytest.raises(TypeError, match="non-numeric column"):
         dask_bacc.coded(ddf.map_partitions(lambda p: p.assign(a=p.a * 2)))
+
+
+# no memory limit: the workers' memory monitor would un-pause them at once
+@gen_cluster(client=True, nthreads=EIGHT, worker_kwargs={"memory_limit": 0})
+async def test_paused_workers_are_waited_for_within_the_timeout(c, s, *workers):
+    """The chaos run's paused cluster: with every worker paused (memory pressure) a job
+    raised 'no running workers' at once, where plain Dask waits."""
+    from distributed.core import Status
+
+    for w in workers:
+        w.status = Status.paused
+    while any(ws.status != Status.paused for ws in s.workers.values()):
+        await asyncio.sleep(0.01)
+    with pytest.raises(TimeoutError, match="every worker stayed paused"):
+        await dask_bacc.map_coded(np.tanh, X, n_blocks=4, client=c, timeout=1)
+    job = asyncio.ensure_future(
+        dask_bacc.map_coded(np.tanh, X, n_blocks=4, code="repetition", client=c, timeout=30)
+    )
+    await asyncio.sleep(0.5)
+    assert not job.done()  # waiting, as plain Dask would
+    for w in workers:
+        w.status = Status.running
+    np.testing.assert_array_equal(await job, np.tanh(X))

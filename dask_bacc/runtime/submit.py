@@ -96,6 +96,19 @@ async def _live_workers(client: Any) -> tuple[dict[str, Any], int]:
     return workers, sum(1 for w in workers.values() if w.get("status", "running") == "running")
 
 
+async def _running_workers(client: Any) -> tuple[dict[str, Any], int]:
+    """:func:`_live_workers`, waiting while there are workers but every one is paused
+    (memory pressure): plain Dask waits for them too (the caller bounds it by timeout)."""
+    from dask.utils import parse_timedelta
+
+    poll = float(parse_timedelta(config.get("poll-interval", "500ms"), default="s"))
+    while True:
+        workers, running = await _live_workers(client)
+        if running or not workers:
+            return workers, running
+        await asyncio.sleep(poll)
+
+
 def _adapt(
     data: Any,
     code: str | Code,
@@ -141,11 +154,12 @@ async def _submit(
         timeout = config.get("timeout", None)
     timeout = None if timeout is None else float(timeout)
     try:  # timeout= bounds the whole call, reaching the scheduler included
-        workers, n_workers = await asyncio.wait_for(_live_workers(client), timeout)
+        workers, n_workers = await asyncio.wait_for(_running_workers(client), timeout)
     except asyncio.TimeoutError:
         raise TimeoutError(
-            f"could not reach the scheduler at {client.scheduler.address} within "
-            f"timeout={timeout:g}s"
+            f"no running worker within timeout={timeout:g}s: the scheduler at "
+            f"{client.scheduler.address} could not be reached, or every worker stayed "
+            "paused (memory pressure)"
         ) from None
     if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
         # default K leaves room for the 2K + 2A - 1 results robust decoding needs
