@@ -277,3 +277,29 @@ async def test_paused_workers_are_waited_for_within_the_timeout(c, s, *workers):
     for w in workers:
         w.status = Status.running
     np.testing.assert_array_equal(await job, np.tanh(X))
+
+
+def identity(d):
+    return d
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_exact_codes_keep_each_columns_dtype(c, s, *workers):
+    """The chaos run's dtypes: with mixed int, float and bool columns, exact codes returned
+    every column as float64, where plain Dask keeps int64 and bool."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    df = pd.DataFrame({"i": np.arange(40), "f": np.linspace(0, 1, 40), "b": np.arange(40) % 3 == 0})
+    for data in (df, dd.from_pandas(df, npartitions=4)):
+        for code in ("repetition", "uncoded", "speculative"):
+            out = await dask_bacc.map_coded(
+                identity, data, code=code, client=c, **({"n_blocks": 4} if data is df else {})
+            )
+            if not isinstance(out, pd.DataFrame):
+                assert out.dtypes.to_dict() == df.dtypes.to_dict()  # the lazy meta too
+                out = await c.compute(out)
+            pd.testing.assert_frame_equal(out, df)
+    # approximate codes: floats, never truncated
+    out = await dask_bacc.map_coded(identity, df, code="berrut", n_blocks=4, client=c)
+    assert (out.dtypes == np.float64).all()

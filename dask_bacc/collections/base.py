@@ -60,6 +60,10 @@ class Blocks:
 
     kind = "abstract"
     gather_output = True
+    #: The decode gives f's own outputs (an exact code that copies, no transform): the
+    #: rebuild may restore per-column dtypes that travelled as one float dtype. The job
+    #: sets it.
+    exact_decode = False
     #: The blocks are in this process (NumPy): encoding them here costs one matmul and ships
     #: N coded shares, instead of K chunks that every one of N encode tasks must fetch.
     local = False

@@ -382,9 +382,20 @@ class FrameOutput:
             return self.index
         return pd.RangeIndex(rows)
 
-    def build(self, values: np.ndarray, index: pd.Index, decoded: np.dtype) -> Frame:
-        """The pandas object for one block from its decoded ``values``."""
-        dtypes = [_output_dtype(d, decoded) for d in self.dtypes]
+    def build(
+        self,
+        values: np.ndarray,
+        index: pd.Index,
+        decoded: np.dtype,
+        exact: tuple[Any, ...] | None = None,
+    ) -> Frame:
+        """The pandas object for one block from its decoded ``values``. ``exact``: the
+        values are f's own outputs (an exact code's copies), and these are the dtypes plain
+        Dask gives each column (ints and bools that travelled as float64 beside floats)."""
+        if exact is not None:
+            dtypes = list(exact)
+        else:
+            dtypes = [_output_dtype(d, decoded) for d in self.dtypes]
         if self.kind == "frame":
             values = np.asarray(values).reshape(-1, len(self.columns))
             if len(set(dtypes)) == 1 and isinstance(dtypes[0], np.dtype):
@@ -469,6 +480,11 @@ class _FrameBlocks(Blocks):
         self.output: FrameOutput | None = None
         series = frame.ndim == 1
         dtype = coded_dtype(frame)
+        #: the input's own dtypes (f sees them converted to one coded dtype)
+        self.input_dtypes = frame.dtype if series else frame.dtypes
+        #: the dtypes plain Dask's map would give f's output (set by :meth:`wrap`): an
+        #: exact decode gets them back
+        self.exact_dtypes: tuple[Any, ...] | None = None
         self.columns = None if series else frame.columns
         self.name = frame.name if series else None
         shape = (rows,) if series else (rows, len(frame.columns))
@@ -487,9 +503,13 @@ class _FrameBlocks(Blocks):
         """
         if self.meta is not None:
             self.output = FrameOutput.from_meta(self.meta)
+            self.exact_dtypes = self.output.dtypes
             return FrameFunction(func, self.columns, self.name, self.output)
         mock = _view(self._mock(), self.columns, self.name)
         fname = getattr(func, "__name__", type(func).__name__)
+        # first (f's last call is on what it sees in the job): its output on the input's
+        # own dtypes, which an exact decode gives back
+        plain = self._plain_output(func, mock, args, kwargs)
         try:
             out = func(mock, *args, **kwargs)
         except Exception as exc:
@@ -499,9 +519,26 @@ class _FrameBlocks(Blocks):
                 "like its output for one block, as in map_partitions)"
             ) from exc
         self.output = FrameOutput.of(out, f"the output of {fname}")
+        same_layout = plain is not None and plain.kind == self.output.kind
+        if same_layout and len(plain.dtypes) == len(self.output.dtypes):
+            self.exact_dtypes = plain.dtypes
         # pandas: the mock is a whole block, so a reduction is known now
         self._check_reduction(self.output.rows)
         return FrameFunction(func, self.columns, self.name, self.output)
+
+    def _plain_output(
+        self, func: Any, mock: Frame, args: tuple, kwargs: dict
+    ) -> FrameOutput | None:
+        """f's output template on the mock in the input's own dtypes (what plain Dask's
+        map gives), or None when f fails there."""
+        try:
+            return FrameOutput.of(func(mock.astype(self.input_dtypes), *args, **kwargs), "")
+        except Exception:
+            return None
+
+    @property
+    def _rebuild_dtypes(self) -> tuple[Any, ...] | None:
+        return self.exact_dtypes if self.exact_decode else None
 
     def _rowwise(self, combine: str, out_shape: tuple[int, ...]) -> bool:
         """Whether f keeps the rows of its block (the output takes the input's row labels).
@@ -618,7 +655,7 @@ class PandasBlocks(_FrameBlocks):
                 values, index = np.asarray(values)[: stop - start], self.index[start:stop]
             else:
                 index = labels
-            pieces.append(self.output.build(values, index, out_dtype))
+            pieces.append(self.output.build(values, index, out_dtype, self._rebuild_dtypes))
         return pd.concat(pieces)
 
 
@@ -694,8 +731,10 @@ class DaskFrameBlocks(_FrameBlocks):
         rowwise = self._rowwise(combine, out_shape)
         labels = self._piece_labels(rowwise, out_shape)
         empty = np.empty((0, *out_shape[1:]), dtype=out_dtype)
-        meta = self.output.build(empty, self.data._meta.index if rowwise else labels[:0], out_dtype)
-        build = PieceBuilder(self.output, out_dtype)
+        meta = self.output.build(
+            empty, self.data._meta.index if rowwise else labels[:0], out_dtype, self._rebuild_dtypes
+        )
+        build = PieceBuilder(self.output, out_dtype, self._rebuild_dtypes)
         token = uuid.uuid4().hex
         # submitted now, while the stragglers still count as busy: a cancelled straggler
         # keeps its thread, and a task sent (or stolen) to its worker would wait behind it
@@ -753,14 +792,17 @@ def partition_block(
 class PieceBuilder:
     """Builds one output partition from its decoded block (a picklable task function)."""
 
-    def __init__(self, output: FrameOutput, decoded: np.dtype):
+    def __init__(
+        self, output: FrameOutput, decoded: np.dtype, exact: tuple[Any, ...] | None = None
+    ):
         self.output = output
         self.decoded = decoded
+        self.exact = exact
 
     def __call__(self, values: np.ndarray, index: pd.Index, length: int | None) -> Frame:
         if length is not None:  # f keeps the rows: trim the padding
             values = np.asarray(values)[:length]
-        return self.output.build(values, index, self.decoded)
+        return self.output.build(values, index, self.decoded, self.exact)
 
 
 # -- blocks of in-memory frames --------------------------------------------------------

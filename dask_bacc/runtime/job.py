@@ -161,6 +161,7 @@ class CodedJob:
         self.transform = transform
         if transform is not None:
             self.func = transform.after(self.func)
+        blocks.exact_decode = code.keeps_dtype and transform is None
         self.args = args
         self.kwargs = kwargs
         self.policy = policy
