@@ -83,17 +83,9 @@ def worker_of(workers, address):
 
 
 # -- 1. a result lost after it landed, before the job gathered it -------------------------
-LOST_AT_GATHER_HANGS = pytest.mark.xfail(
-    strict=True,
-    reason="bug: a used result lost before the client-side gather hangs the job: "
-    "CodedJob.gather_values awaits client.gather on a future whose data was lost; its "
-    "eval is strictly pinned to the departed worker, so it stays in no-worker forever",
-)
-
-
 @pytest.mark.parametrize(
     "noticed",
-    [pytest.param(False, marks=LOST_AT_GATHER_HANGS), True],
+    [False, True],
     ids=["at-gather", "while-waiting"],
 )
 @gen_cluster(client=True, nthreads=EIGHT, timeout=60)
@@ -106,7 +98,8 @@ async def test_result_lost_after_landing_before_gather(c, s, *workers, noticed):
     off before the gate opens. ``at-gather``: the poll interval is longer than the test,
     so the gate opens first and the decode set includes the lost result: the gather
     itself meets the loss. Either way the job must decode from the 7 others (correctly),
-    not hang, and leave no task behind. ``at-gather`` hangs today (xfail, strict): the
+    not hang, and leave no task behind. ``at-gather`` hung before the gather was watched
+    (the lost result's eval, pinned to the departed worker, stayed in no-worker); the
     same race exists with the default 500 ms poll whenever the last result lands between
     the worker leaving and the job's next liveness check.
     """

@@ -503,10 +503,33 @@ class CodedJob:
         want = {i: self._evals[i] for i in indices if i not in self._values and i in self._evals}
         if not want:
             return
-        try:
-            got = await self.client.gather(want, errors="skip", asynchronous=True)
-        except Exception:  # e.g. a worker lost mid-transfer: write off what is missing
-            got = {}
+        # a result whose worker left before the transfer is recomputed by the scheduler on
+        # that (departed) worker only: the gather would wait forever, so it is watched
+        poll = min(float(_seconds(config.get("poll-interval", "500ms"))), 0.25)
+        gather = asyncio.ensure_future(
+            self.client.gather(want, errors="skip", asynchronous=True)
+        )
+        got: dict[int, Any] = {}
+        while True:
+            done, _ = await asyncio.wait({gather}, timeout=poll)
+            if done:
+                with contextlib.suppress(Exception):  # e.g. lost mid-transfer: written off
+                    got = gather.result()
+                break
+            live = set(await self.client.scheduler.ncores_running())
+            if any(self.workers[i] not in live or f.status == "lost" for i, f in want.items()):
+                gather.cancel()
+                with contextlib.suppress(BaseException):
+                    await gather
+                # what is still on a live worker is taken; the rest is written off below
+                here = {
+                    i: f
+                    for i, f in want.items()
+                    if f.status == "finished" and self.workers[i] in live
+                }
+                with contextlib.suppress(Exception):
+                    got = await self.client.gather(here, errors="skip", asynchronous=True)
+                break
         for i in want:
             if i in got and got[i] is not None:
                 self._values[i] = np.asarray(got[i])
