@@ -107,7 +107,15 @@ async def test_until_waits_longer_on_a_rough_function(c, s, *workers):
     release = Event("release-until-rough", client=c)
     policy = dask_bacc.until(error=0.1, min_results=6)
     job = await dask_bacc.submit_coded(
-        gated, ROUGH, slow, release.name, n_blocks=4, n_coded=8, wait=policy, client=c
+        gated,
+        ROUGH,
+        slow,
+        release.name,
+        n_blocks=4,
+        n_coded=8,
+        wait=policy,
+        code="berrut",
+        client=c,
     )
     while not job.report.estimates:  # the six ungated results landed and were estimated
         await asyncio.sleep(0.01)
@@ -138,7 +146,8 @@ async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
     await job
     assert job.report.trigger == "timeout" and len(job.report.returned) == 6
     await release.set()
-    # an exact code's error is 0 once decodable: until() waits for its threshold only
+    # an exact code's error is 0 once decodable: until() waits for its threshold and, as
+    # the default wait, Lagrange's one spare result that checks the decode
     job = await dask_bacc.submit_coded(
         np.square,
         ROUGH,
@@ -149,7 +158,8 @@ async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
         client=c,
     )
     out = await job
-    assert job.report.wait_target == 7 and job.report.error_estimate == 0.0
+    assert job.report.wait_target == 8 and job.report.error_estimate == 0.0
+    assert job.report.estimate_method == "exact" and job.report.check_residual < 1e-12
     np.testing.assert_allclose(out, ROUGH**2, rtol=1e-9, atol=1e-12)
 
 

@@ -427,7 +427,16 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, kind):
     # a reduction: each block's labels (column names, or 0 for a scalar per block)
     expected = await plain(c, kind, reduce, data, 4)
     job = await dask_bacc.submit_coded(
-        gated, data, names, event + "-2", reduce, n_coded=8, wait=6, client=c, **opts
+        gated,
+        data,
+        names,
+        event + "-2",
+        reduce,
+        n_coded=8,
+        wait=6,
+        code="berrut",
+        client=c,
+        **opts,
     )
     out = await job
     if kind.startswith("dask"):

@@ -143,7 +143,8 @@ class UntilError(WaitPolicy):
         _check_grace(self.grace)
 
     def target(self, code: Code) -> int:
-        return code.min_results if code.exact else code.N
+        # exact codes: the threshold, plus Lagrange's spare result that checks the decode
+        return min(code.N, code.min_results + code.check_spare) if code.exact else code.N
 
     def is_met(self, returned: Collection[int], code: Code) -> bool:
         """Every result is in (approximate codes; an exact set of a systematic code is met
