@@ -303,3 +303,43 @@ async def test_exact_codes_keep_each_columns_dtype(c, s, *workers):
     # approximate codes: floats, never truncated
     out = await dask_bacc.map_coded(identity, df, code="berrut", n_blocks=4, client=c)
     assert (out.dtypes == np.float64).all()
+
+
+def gated_tanh(b, slow_name, event_name):
+    from distributed import Event, get_worker
+
+    if str(get_worker().name) == slow_name:
+        Event(event_name).wait()
+    return np.tanh(b)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_a_held_straggler_whose_worker_dies_is_released(c, s, *workers):
+    """The soak's leak: a straggler still running at decode is held until it ends; when
+    its worker died meanwhile, the strictly pinned task sat in no-worker for good and the
+    hold (and the scheduler's task) never went away."""
+    from distributed import Event
+
+    from dask_bacc.runtime.placement import choose_workers
+
+    info = await c.scheduler.identity(n_workers=-1)
+    placement = choose_workers(info["workers"], 8)
+    victim = next(w for w in workers if w.address == placement[5])
+    job = await dask_bacc.submit_coded(
+        gated_tanh,
+        X,
+        str(victim.name),
+        "held-dies",
+        n_blocks=4,
+        n_coded=8,
+        wait=7,
+        code="berrut",
+        client=c,
+    )
+    await job
+    assert 5 in job.report.straggled
+    while victim.state.executing_count == 0:  # still running f: held, not cancelled
+        await asyncio.sleep(0.01)
+    await victim.close(executor_wait=False)
+    await no_bacc_tasks(s, timeout=10)
+    await Event("held-dies", client=c).set()

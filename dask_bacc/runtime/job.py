@@ -746,7 +746,7 @@ class CodedJob:
         if cancel:
             with contextlib.suppress(Exception):
                 await client.cancel(cancel, asynchronous=True, reason="bacc: not needed")
-        held = [f for f in stragglers.values() if f.key in running]
+        held = [(f, self.workers[i]) for i, f in stragglers.items() if f.key in running]
         self.launch.holding(self, {i: f for i, f in stragglers.items() if f.key in running})
         if held:
             task = asyncio.ensure_future(_drop_when_done(held, client))
@@ -754,13 +754,23 @@ class CodedJob:
             task.add_done_callback(_running.discard)
 
 
-async def _drop_when_done(futures: list[Any], client: Any) -> None:
+async def _drop_when_done(held: list[tuple[Any, str]], client: Any) -> None:
     """Hold running stragglers until they finish (so the scheduler still sees their worker
-    busy), then drop their results."""
+    busy), then drop their results. One whose worker left is cancelled at once: strictly
+    pinned, it would wait in ``no-worker`` forever, and so would this hold."""
+    poll = max(float(_seconds(config.get("poll-interval", "500ms"))), 0.05)
     with contextlib.suppress(Exception):
-        async for _ in as_completed(futures, loop=client.loop, raise_errors=False):
-            pass
-    futures.clear()
+        while held:
+            await asyncio.sleep(poll)
+            held[:] = [(f, w) for f, w in held if f.status == "pending"]
+            if not held:
+                break
+            live = set(await client.scheduler.ncores_running())
+            gone = [f for f, w in held if w not in live]
+            if gone:
+                held[:] = [(f, w) for f, w in held if w in live]
+                await client.cancel(gone, asynchronous=True, reason="bacc: worker left")
+    held.clear()
 
 
 class _Nothing:
