@@ -73,7 +73,7 @@ __all__ = ["CodedJob", "ensure_worker_plugin"]
 _job_seq = itertools.count()
 _running: set[asyncio.Task] = set()  # strong references to the job loops and clean-ups
 # client -> scheduler address the worker plugin is known to be on
-_worker_plugin: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_worker_plugin: weakref.WeakKeyDictionary[Any, tuple[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def _describe(exc: BaseException) -> str:
@@ -85,8 +85,10 @@ def _has_worker_plugin(dask_scheduler: Any = None) -> bool:
 
 
 async def ensure_worker_plugin(client: Any) -> None:
-    """Register dask-bacc's worker plugin once per cluster (checked once per client)."""
-    address = client.scheduler.address
+    """Register dask-bacc's worker plugin once per cluster (checked once per client and
+    scheduler: a scheduler restarted on the same address has no plugins)."""
+    identity = getattr(client, "_scheduler_identity", None) or {}
+    address = (client.scheduler.address, identity.get("id"))
     if _worker_plugin.get(client) == address:
         return
     if not await client.run_on_scheduler(_has_worker_plugin):
