@@ -200,7 +200,10 @@ class Soak:
         if not np.all(np.isfinite(out)):
             return "bad-approx", "non-finite values"
         if est is None or not np.isfinite(est):
-            return "bad-approx", f"error_estimate={est} ({report.estimate_method})"
+            return "bad-approx", (
+                f"error_estimate={est} ({report.estimate_method}; decoded on {report.trigger} "
+                f"from {len(report.returned)} results, failed {len(report.failed)})"
+            )
         actual = float(np.linalg.norm(out - expected) / np.linalg.norm(expected))
         with self.lock:
             self.approx_errors.append((actual, float(est)))
