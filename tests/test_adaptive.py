@@ -10,12 +10,12 @@ import warnings
 import cloudpickle
 import numpy as np
 import pytest
+from cluster_helpers import names_at
 from distributed import Event, get_worker
 from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import get_code
-from dask_bacc.runtime.placement import choose_workers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -50,13 +50,6 @@ def reference(report, X, func=np.tanh):
 
 def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-async def names_at(c, indices, n):
-    """Names of the workers the coded tasks ``indices`` of an N=n job will be pinned to."""
-    info = await c.scheduler.identity(n_workers=-1)
-    placement = choose_workers(info["workers"], n)
-    return {str(info["workers"][placement[i]]["name"]) for i in indices}, placement
 
 
 @gen_cluster(client=True, nthreads=EIGHT)

@@ -16,45 +16,19 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
+from cluster_helpers import names_at, no_bacc_tasks, until
 from distributed import Event, Queue, get_worker
 from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import get_code
 from dask_bacc.codes.transform import Transform
-from dask_bacc.runtime.placement import choose_workers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EIGHT = [("127.0.0.1", 1)] * 8
 TEN = [("127.0.0.1", 1)] * 10
 NO_STEALING = {"distributed.scheduler.work-stealing": False}
-
-
-async def names_at(c, indices, n):
-    """Names of the workers the coded tasks ``indices`` of an N=n job will be pinned to,
-    and the whole placement (coded task i -> worker address)."""
-    info = await c.scheduler.identity(n_workers=-1)
-    placement = choose_workers(info["workers"], n)
-    return {str(info["workers"][placement[i]]["name"]) for i in indices}, placement
-
-
-async def until(predicate, what, deadline=30.0):
-    """Poll ``predicate()`` until true; fail (never hang) after ``deadline`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not predicate():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-async def no_bacc_keys(s, deadline=20.0):
-    """No ``bacc-`` task is left on the scheduler (polled, with a deadline; no gc)."""
-    await until(
-        lambda: not [k for k in s.tasks if "bacc-" in str(k)],
-        f"bacc- keys to leave the scheduler: {[k for k in s.tasks if 'bacc-' in str(k)]}",
-        deadline,
-    )
 
 
 def reference(report, X, func=np.tanh):
@@ -124,13 +98,13 @@ async def test_result_lost_after_landing_before_gather(c, s, *workers, noticed):
             out = await asyncio.wait_for(job, 15)
         except asyncio.TimeoutError:
             await job.cancel()  # end the hung loop, then check the clean-up still happens
-            await no_bacc_keys(s)
+            await no_bacc_tasks(s)
             pytest.fail(f"the job hung after losing a landed result: {job!r}")
     rep = job.report
     assert sorted(rep.returned) == [0, 1, 3, 4, 5, 6, 7]
     assert "left" in rep.failed[2] or "lost" in rep.failed[2], rep.failed
     np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
-    await no_bacc_keys(s)
+    await no_bacc_tasks(s)
 
 
 # -- 2. a worker lost while the decode task runs on it ------------------------------------
@@ -189,7 +163,7 @@ async def test_worker_lost_while_the_decode_task_runs(c, s, *workers):
     assert all("left" in rep.failed[i] or "lost" in rep.failed[i] for i in lost), rep.failed
     assert rep.trigger == "exhausted"
     np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
-    await no_bacc_keys(s)
+    await no_bacc_tasks(s)
 
 
 # -- 3. a worker lost while its result is being screened ----------------------------------
@@ -246,4 +220,4 @@ async def test_worker_lost_while_its_result_is_screened(c, s, *workers):
     np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
     await hold.set()
     block.release()
-    await no_bacc_keys(s)
+    await no_bacc_tasks(s)

@@ -13,45 +13,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from cluster_helpers import names_at, no_bacc_tasks, until
 from distributed import Event, get_worker
 from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc import FirstK
 from dask_bacc.codes import LagrangeCode, RepetitionCode, get_code
-from dask_bacc.runtime.placement import choose_workers
 
 # gen_cluster workers unpickle the task functions: ship this module's by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EIGHT = [("127.0.0.1", 1)] * 8
 FOUR = [("127.0.0.1", 1)] * 4
-
-
-async def names_at(c, indices, n):
-    """Names of the workers the coded tasks ``indices`` of an N=n job will be pinned to,
-    and the whole placement (coded task i -> worker address)."""
-    info = await c.scheduler.identity(n_workers=-1)
-    placement = choose_workers(info["workers"], n)
-    return {str(info["workers"][placement[i]]["name"]) for i in indices}, placement
-
-
-async def until(predicate, what, deadline=20.0):
-    """Poll ``predicate()`` until true; fail (never hang) after ``deadline`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not predicate():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-async def no_bacc_keys(s, token, deadline=20.0):
-    """Wait (up to ``deadline`` s) until the scheduler holds no task of job ``token``."""
-    await until(
-        lambda: not any(token in str(k) for k in s.tasks),
-        f"the tasks of {token} to leave the scheduler",
-        deadline,
-    )
 
 
 def reference(report, X, func=np.tanh):
@@ -117,7 +91,7 @@ async def test_result_inside_the_grace_window_is_decoded(c, s, *workers):
     assert list(rep.failed) == [6] and "ZeroDivisionError" in rep.failed[6]
     assert rep.late == []
     np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
-    await no_bacc_keys(s, job.token)
+    await no_bacc_tasks(s, job.token)
 
 
 # -- 2. queued stragglers are cancelled -------------------------------------------------
@@ -182,8 +156,8 @@ async def test_queued_straggler_is_cancelled_and_never_runs_func(c, s, *workers)
     assert busy.__dict__.get("bacc_test_calls", []) == []
     assert evalq not in s.tasks
     data.release()
-    await no_bacc_keys(s, token)
-    await no_bacc_keys(s, data.token)
+    await no_bacc_tasks(s, token)
+    await no_bacc_tasks(s, data.token)
 
 
 # -- 3. repetition decodes from the lowest-index copy -------------------------------------
@@ -238,7 +212,7 @@ async def test_repetition_job_uses_the_lowest_index_copy(c, s, *workers, decode_
         out = await asyncio.wait_for(job, 30)
     assert job.report.workers == placement and sorted(job.report.returned) == [0, 1, 2, 3]
     np.testing.assert_array_equal(out, X + np.array([0.0, 0, 100, 100])[:, None])
-    await no_bacc_keys(s, job.token)
+    await no_bacc_tasks(s, job.token)
 
 
 # -- 4. xarray: every coordinate along the dimension is restored --------------------------

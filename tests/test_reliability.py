@@ -10,6 +10,7 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
+from cluster_helpers import no_bacc_tasks
 from distributed.utils_test import gen_cluster
 
 import dask_bacc
@@ -92,17 +93,6 @@ def no_array(b):
 
 def text(b):
     return "x"
-
-
-async def no_bacc_tasks(s, timeout=5.0):
-    """Wait until the scheduler forgot every bacc-* task (fail after ``timeout`` s)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        left = [k for k in s.tasks if "bacc-" in str(k)]
-        if not left:
-            return
-        assert asyncio.get_running_loop().time() < deadline, left
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("func", [divide_by_zero, nan_block, no_array, text])
@@ -341,5 +331,5 @@ async def test_a_held_straggler_whose_worker_dies_is_released(c, s, *workers):
     while victim.state.executing_count == 0:  # still running f: held, not cancelled
         await asyncio.sleep(0.01)
     await victim.close(executor_wait=False)
-    await no_bacc_tasks(s, timeout=10)
+    await no_bacc_tasks(s, deadline=10)
     await Event("held-dies", client=c).set()

@@ -354,7 +354,7 @@ def estimate_error(
         peak = float(np.abs(Y).max()) if Y.size else 0.0
         if peak > 0 and np.isfinite(peak):
             Y = Y / peak
-    out = _identity if transform is None else _Inverse(transform, results.shape[1:])
+    out = _identity if transform is None else InverseRows(transform, results.shape[1:])
     z = code.worker_points[idx]
     alpha = code.data_points
     D0 = code.interpolant(alpha, z)
@@ -397,8 +397,9 @@ def _identity(V: np.ndarray) -> np.ndarray:
     return V
 
 
-class _Inverse:
-    """Rows of flattened transformed values -> rows of flattened output values."""
+class InverseRows:
+    """Rows of flattened transformed values -> rows of flattened output values (the
+    inverse map applied to each row reshaped to ``inner``, overflow left as inf)."""
 
     def __init__(self, transform: Transform, inner: tuple[int, ...]):
         self.transform, self.inner = transform, inner

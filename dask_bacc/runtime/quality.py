@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import config
 from ..codes import Code, InterpolatingCode
-from ..codes.estimate import ErrorEstimate, estimate_error, sketch
+from ..codes.estimate import ErrorEstimate, InverseRows, estimate_error, sketch
 from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
 from ..exceptions import ApproximationWarning, InexactDecode, SuspectResultsWarning
 from . import keys
@@ -136,9 +136,7 @@ class JobQuality:
             await job.gather_values([i for i in indices if i not in self._sketches])
             for i in indices:
                 if i not in self._sketches and i in job._values:
-                    self._sketches[i] = sketch(
-                        job._values[i], self.size, self.seed, self.transform
-                    )
+                    self._sketches[i] = sketch(job._values[i], self.size, self.seed, self.transform)
             return
         want = {
             i: self._futures[i]
@@ -260,11 +258,8 @@ class JobQuality:
         with_all = code.decoding_matrix(have) @ flat
         without = code.decoding_matrix([have[p] for p in keep]) @ flat[keep]
         if self.transform is not None:  # row samples: compare as the user sees them
-            inner = Y.shape[1:]
-            with np.errstate(over="ignore", invalid="ignore"):
-                with_all = self.transform.inverse(with_all.reshape(-1, *inner))
-                without = self.transform.inverse(without.reshape(-1, *inner))
-            with_all, without = with_all.reshape(code.K, -1), without.reshape(code.K, -1)
+            inverse = InverseRows(self.transform, Y.shape[1:])
+            with_all, without = inverse(with_all), inverse(without)
         shift = np.linalg.norm(with_all - without, axis=1)
         norm = np.linalg.norm(without, axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
