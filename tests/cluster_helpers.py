@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from distributed import LocalCluster, Scheduler
+from distributed import utils_test as _utils_test
 
 from dask_bacc.runtime.placement import choose_workers
 
@@ -34,3 +40,43 @@ async def no_bacc_tasks(s: Any, token: str = "", deadline: float = 20.0) -> None
         return [k for k in s.tasks if "bacc-" in str(k) and token in str(k)]
 
     await until(lambda: not left(), f"bacc- tasks to leave the scheduler: {left()}", deadline)
+
+
+async def no_tasks(s: Any, deadline: float = 10.0) -> None:
+    """Wait until the scheduler holds no task at all (polled, no ``gc.collect()``)."""
+    await until(lambda: not s.tasks, f"tasks to leave the scheduler: {list(s.tasks)}", deadline)
+
+
+def gen_cluster(**kwargs: Any) -> Callable[[Callable], Callable]:
+    """``distributed.utils_test.gen_cluster`` with its default checks (no thread, comm,
+    client or process leaked), and one more before the cluster closes: once the test body
+    returns, every task leaves the scheduler by reference counting alone. A job that keeps
+    its keys alive through a reference cycle, or forgets to release them, fails here."""
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        async def test(*args: Any, **kw: Any) -> Any:
+            result = await func(*args, **kw)
+            s = next(a for a in args if isinstance(a, Scheduler))
+            await no_tasks(s)
+            return result
+
+        return _utils_test.gen_cluster(**kwargs)(test)
+
+    return decorate
+
+
+@contextlib.contextmanager
+def checked_local_cluster(**kwargs: Any) -> Iterator[LocalCluster]:
+    """An in-process ``LocalCluster`` for synchronous tests, with the same end checks as
+    :func:`gen_cluster`: distributed's ``check_thread_leak`` around it, and no task left on
+    the scheduler (polled, no ``gc.collect()``) before it closes."""
+    options = {"processes": False, "dashboard_address": None, **kwargs}
+    with _utils_test.check_thread_leak(), LocalCluster(**options) as lc:
+        yield lc
+        end = time.monotonic() + 10
+        while lc.scheduler.tasks:
+            assert time.monotonic() < end, (
+                f"tasks left on the scheduler: {list(lc.scheduler.tasks)}"
+            )
+            time.sleep(0.01)

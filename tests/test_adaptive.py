@@ -10,9 +10,8 @@ import warnings
 import cloudpickle
 import numpy as np
 import pytest
-from cluster_helpers import names_at
+from cluster_helpers import gen_cluster, names_at
 from distributed import Event, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import get_code

@@ -18,8 +18,8 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
+from cluster_helpers import gen_cluster
 from distributed import Event, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 

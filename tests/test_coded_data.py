@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from cluster_helpers import gen_cluster
 from distributed import Event, Nanny, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import BerrutCode

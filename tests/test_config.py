@@ -8,7 +8,7 @@ import sys
 
 import dask
 import numpy as np
-from distributed.utils_test import gen_cluster
+from cluster_helpers import gen_cluster
 
 import dask_bacc
 from dask_bacc import config

@@ -11,8 +11,8 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from cluster_helpers import gen_cluster
 from distributed import Event, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import get_code

@@ -11,8 +11,8 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
+from cluster_helpers import gen_cluster
 from distributed import Client, Event, get_worker
-from distributed.utils_test import gen_cluster
 from tornado.httpclient import AsyncHTTPClient
 
 import dask_bacc

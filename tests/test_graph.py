@@ -4,9 +4,9 @@ number of scheduler messages and tasks a coded job costs."""
 from __future__ import annotations
 
 import numpy as np
+from cluster_helpers import gen_cluster
 from distributed import get_worker
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.runtime import keys

@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cluster_helpers import names_at, no_bacc_tasks, until
+from cluster_helpers import gen_cluster, names_at, no_bacc_tasks, until
 from distributed import Event, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc import FirstK

@@ -11,8 +11,8 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
+from cluster_helpers import gen_cluster
 from distributed import Event, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc import RewriteError

@@ -10,8 +10,8 @@ import cloudpickle
 import dask.array as da
 import numpy as np
 import pytest
+from cluster_helpers import gen_cluster
 from distributed import Event, Nanny, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import get_code

@@ -9,8 +9,8 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
+from cluster_helpers import gen_cluster
 from distributed import Event, Lock, get_worker
-from distributed.utils_test import gen_cluster
 
 import dask_bacc
 from dask_bacc.runtime.speculative import Speculation

@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from distributed.utils_test import gen_cluster
+from cluster_helpers import gen_cluster
 
 import dask_bacc
 from dask_bacc.runtime.worker import STRAGGLER_PLUGIN_NAME

@@ -7,7 +7,8 @@ import concurrent.futures
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, Event, LocalCluster, get_worker
+from cluster_helpers import checked_local_cluster
+from distributed import Client, Event, get_worker
 
 import dask_bacc
 from dask_bacc.codes import get_code
@@ -21,12 +22,7 @@ def block_on_worker_zero(x, event_name):
 
 @pytest.fixture
 def client():
-    with (
-        LocalCluster(
-            n_workers=6, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as c,
-    ):
+    with checked_local_cluster(n_workers=6, threads_per_worker=1) as cluster, Client(cluster) as c:
         yield c
 
 

@@ -12,7 +12,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed.utils_test import gen_cluster
+from cluster_helpers import checked_local_cluster, gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import RepetitionCode, SplineCode, estimate_error, get_code
@@ -182,10 +182,10 @@ async def test_large_estimates_warn(c, s, *workers):
 
 
 def test_large_estimates_warn_with_a_synchronous_client():
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     rough = np.random.default_rng(1).standard_normal((64, 3))
-    with LocalCluster(n_workers=8, threads_per_worker=1, processes=False) as lc, Client(lc):
+    with checked_local_cluster(n_workers=8, threads_per_worker=1) as lc, Client(lc):
         with pytest.warns(dask_bacc.ApproximationWarning, match="estimated relative error") as w:
             dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8, code="berrut")
         assert w[0].filename == __file__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
-from distributed.utils_test import gen_cluster
+from cluster_helpers import gen_cluster
 
 import dask_bacc
 from dask_bacc.codes import BerrutCode

@@ -96,16 +96,31 @@ def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=default))
 
 
+def _tolerate_pruned_spans(ext: Any) -> None:
+    """Make the spans extension's heartbeat skip span ids that are gone: metrics a late
+    worker heartbeat reports for a pruned span are dropped, where distributed would raise
+    a ``KeyError`` inside the heartbeat handler."""
+    if getattr(ext, "_bacc_tolerant", False):
+        return
+    heartbeat = ext.heartbeat
+
+    def tolerant(ws: Any, data: dict[tuple[Any, ...], float]) -> None:
+        spans = ext.spans
+        heartbeat(ws, {k: v for k, v in data.items() if k[1] in spans})
+
+    ext.heartbeat = tolerant
+    ext._bacc_tolerant = True
+
+
 def prune_spans(scheduler: Any, keep: int, ttl: float, now: float) -> int:
     """On the scheduler: forget the ``("bacc", func)`` spans of finished coded jobs beyond
     the newest ``keep``, once ``ttl`` seconds have passed since their last task ended.
 
     distributed keeps every span forever (about 40 kB per coded job, each job opening its
-    own span). Only spans whose task groups are all gone from the scheduler are pruned:
-    they leave the dashboard's lists and lose their task groups, code and metrics, but
-    the emptied Span objects stay known by id (a few hundred bytes each), since a worker
-    heartbeat naming an unknown span id would close that worker. Returns the number of
-    spans pruned.
+    own span). Only spans whose task groups are all gone from the scheduler are pruned,
+    and they are removed entirely: from the dashboard's lists and from the extension's map
+    of span ids. A worker heartbeat that still names a pruned span (one delayed past
+    ``ttl``) loses those metrics instead of failing. Returns the number of spans pruned.
     """
     ext = getattr(scheduler, "extensions", {}).get("spans")
     if ext is None:
@@ -120,6 +135,7 @@ def prune_spans(scheduler: Any, keep: int, ttl: float, now: float) -> int:
         ended = max((tg.stop for tg in groups), default=root.enqueued)
         if now - ended < ttl:
             continue
+        _tolerate_pruned_spans(ext)
         for sp in subtree:
             for index, key in [(ext.spans_search_by_name, sp.name)] + [
                 (ext.spans_search_by_tag, tag) for tag in sp.name
@@ -129,11 +145,10 @@ def prune_spans(scheduler: Any, keep: int, ttl: float, now: float) -> int:
                     entries.remove(sp)
                     if not entries:
                         del index[key]
+            ext.spans.pop(sp.id, None)
+            # a child's parent link would otherwise keep the whole subtree's groups alive
             sp.groups.clear()
             sp.children.clear()
-            sp._code.clear()
-            sp._cumulative_worker_metrics.clear()
-            sp._metadata = None
             pruned += 1
         ext.root_spans.remove(root)
     return pruned

@@ -116,7 +116,7 @@ def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: A
     prune_spans(
         dask_scheduler,
         keep=int(config.get("diagnostics.history", 100)),
-        ttl=_seconds(config.get("diagnostics.span-ttl", "60s")),
+        ttl=_seconds(config.get("diagnostics.span-ttl", "10s")),
         now=now(),
     )
     return running
@@ -505,38 +505,53 @@ class CodedJob:
         want = {i: self._evals[i] for i in indices if i not in self._values and i in self._evals}
         if not want:
             return
-        # a result whose worker left before the transfer is recomputed by the scheduler on
-        # that (departed) worker only: the gather would wait forever, so it is watched
+        got = await self.watched_gather(want)
+        for i in want:
+            if i in got and got[i] is not None:
+                self._values[i] = np.asarray(got[i])
+            else:
+                self.decider.lost(i, f"result lost with worker {self.workers[i]}")
+
+    async def watched_gather(
+        self, want: dict[int, Any], timeout: float | None = None
+    ) -> dict[int, Any]:
+        """Gather ``want`` (coded index -> a future on that result's worker: the result or
+        its sketch), skipping errors; returns what arrived.
+
+        A result whose worker left before the transfer is recomputed by the scheduler on
+        that (departed) worker only, so a plain gather would wait forever: the workers are
+        watched, and once one of them is gone (or ``timeout`` seconds passed) only what is
+        finished on a live worker is taken.
+        """
         poll = min(float(_seconds(config.get("poll-interval", "500ms"))), 0.25)
-        gather = asyncio.ensure_future(
-            self.client.gather(want, errors="skip", asynchronous=True)
-        )
-        got: dict[int, Any] = {}
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        gather = asyncio.ensure_future(self.client.gather(want, errors="skip", asynchronous=True))
         while True:
-            done, _ = await asyncio.wait({gather}, timeout=poll)
+            wait = poll if end is None else max(min(poll, end - loop.time()), 0)
+            done, _ = await asyncio.wait({gather}, timeout=wait)
             if done:
                 with contextlib.suppress(Exception):  # e.g. lost mid-transfer: written off
-                    got = gather.result()
-                break
+                    return dict(gather.result())
+                return {}
             live = set(await self.client.scheduler.ncores_running())
-            if any(self.workers[i] not in live or f.status == "lost" for i, f in want.items()):
+            lost = any(
+                self.workers[i] not in live
+                or "lost" in (f.status, getattr(self._evals.get(i), "status", None))
+                for i, f in want.items()
+            )
+            if lost or (end is not None and loop.time() >= end):
                 gather.cancel()
                 with contextlib.suppress(BaseException):
                     await gather
-                # what is still on a live worker is taken; the rest is written off below
                 here = {
                     i: f
                     for i, f in want.items()
                     if f.status == "finished" and self.workers[i] in live
                 }
                 with contextlib.suppress(Exception):
-                    got = await self.client.gather(here, errors="skip", asynchronous=True)
-                break
-        for i in want:
-            if i in got and got[i] is not None:
-                self._values[i] = np.asarray(got[i])
-            else:
-                self.decider.lost(i, f"result lost with worker {self.workers[i]}")
+                    return dict(await self.client.gather(here, errors="skip", asynchronous=True))
+                return {}
 
     def _reject(self, used: list[int], specs: list[tuple[tuple[int, ...], str]]) -> bool:
         """Write off the results whose shape/dtype differs from the majority; True if any.

@@ -16,7 +16,6 @@ else is pure NumPy on those sketches (:mod:`dask_bacc.codes.estimate`,
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import numbers
@@ -147,15 +146,11 @@ class JobQuality:
         }
         if not want:
             return
-        gather = self.job.client.gather(want, errors="skip", asynchronous=True)
-        if wait:
+        if wait:  # up to sketch-timeout; not for a sketch whose result's worker left
             timeout = _seconds(config.get("accuracy.sketch-timeout", "10s"))
-            try:
-                got = await asyncio.wait_for(gather, timeout)
-            except asyncio.TimeoutError:
-                return
+            got = await job.watched_gather(want, timeout)
         else:
-            got = await gather
+            got = await job.client.gather(want, errors="skip", asynchronous=True)
         for i, value in got.items():
             self._sketches[i] = None if value is None else np.asarray(value)
 
