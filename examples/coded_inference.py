@@ -4,7 +4,11 @@ Run it with::
 
     python examples/coded_inference.py                 # full run, ~30 s on 2 cores
     python examples/coded_inference.py --smoke         # a few seconds
+    python examples/coded_inference.py --out docs/iterative   # regenerate the docs' figures
     python examples/coded_inference.py --help
+
+Unless ``--out`` names a folder, ``inference.json`` and the PNGs go to a new one under the
+current directory, ``./dask-bacc-output/coded_inference-<date>-<time>/``.
 
 A scikit-learn classifier (multinomial logistic regression and a one-hidden-layer MLP) is
 trained once on ``load_digits`` (bundled, nothing is downloaded). The test images are the
@@ -474,12 +478,42 @@ def plot(result: dict[str, Any], out_dir: str) -> list[str]:
     return paths
 
 
+OUTPUT_ROOT = "dask-bacc-output"
+
+
+def output_dir(out: str | None, script: str = "coded_inference") -> str:
+    """The folder to write to, created: ``out`` if given, else a new folder
+    ``./dask-bacc-output/<script>-<YYYYmmdd-HHMMSS>/`` under the current directory.
+
+    The default never lands on a tracked file: the figures in docs/iterative are only
+    rewritten by an explicit ``--out docs/iterative``.
+    """
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        return out
+    base = os.path.join(OUTPUT_ROOT, f"{script}-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:  # another run in the same second
+            n += 1
+            path = f"{base}-{n}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: run, print the tables, write ``inference.json`` and the PNGs."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     d = InferenceSettings()
     parser.add_argument("--smoke", action="store_true", help="a few seconds: tiny grid")
-    parser.add_argument("--out", default="docs/iterative", help="folder for JSON and PNGs")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for the JSON and PNGs (default: a new folder "
+        f"./{OUTPUT_ROOT}/coded_inference-<date>-<time>/; --out docs/iterative regenerates the "
+        "figures of docs/iterative.md)",
+    )
     parser.add_argument("-K", "--blocks", type=int, default=d.K)
     parser.add_argument("-N", "--coded", type=int, default=d.N)
     parser.add_argument("--classifiers", default=",".join(d.classifiers))
@@ -513,11 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     result = run_inference(settings, echo=lambda line: print(line, file=sys.stderr))
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "inference.json")
+    out = output_dir(args.out)
+    path = os.path.join(out, "inference.json")
     with open(path, "w") as fh:
         json.dump(result, fh, indent=1)
-    paths = plot(result, args.out)
+    paths = plot(result, out)
     print(format_tables(result))
     print(f"wrote {path}, " + ", ".join(paths))
     print(f"wall time {result['wall_seconds']:.1f} s")

@@ -4,7 +4,11 @@ Run it with::
 
     python examples/coded_training.py                       # full run, ~3 min on 2 cores
     python examples/coded_training.py --smoke               # a few seconds (used by the tests)
+    python examples/coded_training.py --out docs/iterative  # regenerate the docs' figures
     python examples/coded_training.py --help
+
+Unless ``--out`` names a folder, ``training.json`` and the PNGs go to a new one under the
+current directory, ``./dask-bacc-output/coded_training-<date>-<time>/``.
 
 Two models are trained on scikit-learn's bundled ``load_digits`` (1797 8x8 images, nothing
 is downloaded), in NumPy: multinomial logistic regression and a one-hidden-layer MLP (tanh,
@@ -697,12 +701,42 @@ def plot(result: dict[str, Any], out_dir: str) -> list[str]:
     return paths
 
 
+OUTPUT_ROOT = "dask-bacc-output"
+
+
+def output_dir(out: str | None, script: str = "coded_training") -> str:
+    """The folder to write to, created: ``out`` if given, else a new folder
+    ``./dask-bacc-output/<script>-<YYYYmmdd-HHMMSS>/`` under the current directory.
+
+    The default never lands on a tracked file: the figures in docs/iterative are only
+    rewritten by an explicit ``--out docs/iterative``.
+    """
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        return out
+    base = os.path.join(OUTPUT_ROOT, f"{script}-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:  # another run in the same second
+            n += 1
+            path = f"{base}-{n}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: run, print the table, write ``training.json`` and the PNGs."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     d = TrainingSettings()
     parser.add_argument("--smoke", action="store_true", help="a few seconds: 3 steps, tiny grid")
-    parser.add_argument("--out", default="docs/iterative", help="folder for JSON and PNGs")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for the JSON and PNGs (default: a new folder "
+        f"./{OUTPUT_ROOT}/coded_training-<date>-<time>/; --out docs/iterative regenerates the "
+        "figures of docs/iterative.md)",
+    )
     parser.add_argument("--workers", type=int, default=d.workers)
     parser.add_argument("-K", "--blocks", type=int, default=d.K)
     parser.add_argument("-N", "--coded", type=int, default=d.N)
@@ -748,12 +782,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     result = run_training(settings, echo=lambda line: print(line, file=sys.stderr))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "training.json"), "w") as fh:
+    out = output_dir(args.out)
+    with open(os.path.join(out, "training.json"), "w") as fh:
         json.dump(result, fh, indent=1)
-    paths = plot(result, args.out)
+    paths = plot(result, out)
     print(format_table(result))
-    print(f"\nwrote {os.path.join(args.out, 'training.json')}, " + ", ".join(paths))
+    print(f"\nwrote {os.path.join(out, 'training.json')}, " + ", ".join(paths))
     print(f"wall time {result['wall_seconds']:.1f} s")
     return 0
 

@@ -91,9 +91,16 @@ def test_training_smoke_run(tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_inference_smoke_run(tmp_path):
+def test_inference_smoke_run(tmp_path, monkeypatch, capsys):
+    """Also the default output folder: without --out, a new folder under the current
+    directory (here tmp_path), never docs/iterative."""
     inf = _load("coded_inference")
-    assert inf.main(["--smoke", "--out", str(tmp_path)]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert inf.main(["--smoke"]) == 0
+    (out,) = (tmp_path / "dask-bacc-output").iterdir()
+    assert out.name.startswith("coded_inference-")
+    assert str(Path("dask-bacc-output", out.name, "inference.json")) in capsys.readouterr().out
+    tmp_path = out
     result = json.loads((tmp_path / "inference.json").read_text())
     K, N = inf.SMOKE.K, inf.SMOKE.N
     assert set(result["classifiers"]) == set(inf.CLASSIFIERS)
@@ -130,6 +137,22 @@ def test_inference_smoke_run(tmp_path):
         assert cl["uncoded"]["accuracy"] == pytest.approx([sw["uncoded"]] * inf.SMOKE.rounds)
     for cname in inf.CLASSIFIERS:
         assert (tmp_path / f"inference_{cname}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name", ["coded_training", "coded_inference"])
+def test_default_output_is_a_new_folder_under_the_working_directory(name, tmp_path, monkeypatch):
+    """Scripts in examples/ write to --out, else to a fresh ./dask-bacc-output/<script>-<time>/
+    (D9: they used to overwrite the tracked docs/iterative)."""
+    mod = _load(name)
+    monkeypatch.chdir(tmp_path)
+    first, second = mod.output_dir(None), mod.output_dir(None)  # same second: still two
+    assert first != second
+    for path in (first, second):
+        assert Path(path).is_dir() and not any(Path(path).iterdir())
+        assert Path(path).resolve().parent == tmp_path / "dask-bacc-output"
+        assert Path(path).name.startswith(f"{name}-")
+    assert mod.output_dir(str(tmp_path / "given")) == str(tmp_path / "given")
+    assert (tmp_path / "given").is_dir()
 
 
 def test_notebook_is_valid_and_follows_the_script():
