@@ -155,6 +155,22 @@ def test_default_output_is_a_new_folder_under_the_working_directory(name, tmp_pa
     assert (tmp_path / "given").is_dir()
 
 
+@pytest.mark.parametrize("name", ["getting_started", "coded_training"])
+def test_notebooks_are_saved_without_outputs(name):
+    """Tracked notebooks carry no outputs, execution counts or widget state (ci/notebooks.sh
+    executes them in smoke mode, DASK_BACC_SMOKE=1, from copies)."""
+    raw = (EXAMPLES / f"{name}.ipynb").read_text()
+    nb = json.loads(raw)
+    assert len(raw) < 50_000
+    assert "widgets" not in nb["metadata"]
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    compile(code, f"{name}.ipynb", "exec")
+    assert "DASK_BACC_SMOKE" in code
+
+
 def test_notebook_is_valid_and_follows_the_script():
     nb = json.loads((EXAMPLES / "coded_training.ipynb").read_text())
     assert nb["nbformat"] == 4
