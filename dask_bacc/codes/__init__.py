@@ -1,7 +1,8 @@
 """Coding schemes for coded computing: pure NumPy, no dask (see DESIGN.md §2).
 
 Every code maps K data blocks to N coded blocks with an (N, K) encoding matrix and decodes
-K output blocks from any decodable subset of coded results with a (K, |F|) decoding matrix.
+K output blocks from any decodable subset F of coded results with a ``(K, |F|)`` decoding
+matrix.
 """
 
 from ..exceptions import InsufficientResults

@@ -311,7 +311,7 @@ def estimate_error(
         interpolating codes (Berrut, spline; plain and systematic) use the self-calibrated
         embedded pair of the module docstring; blocks a systematic code decodes exactly
         get 0.
-    results : array, shape (len(returned), ...)
+    results : array, shape ``(len(returned), ...)``
         ``results[l]`` is worker ``returned[l]``'s result, or the same linear sketch of
         every result (e.g. :func:`count_sketch`). With ``transform``, the transformed
         results (or the same sample of their entries, :func:`sample_sketch`).

@@ -257,7 +257,7 @@ def locate_corrupted(
     ----------
     code : InterpolatingCode
         The job's code (Berrut or spline, plain or systematic).
-    results : array, shape (len(returned), ...)
+    results : array, shape ``(len(returned), ...)``
         The results, or the same linear sketch of each (e.g.
         :func:`dask_bacc.codes.estimate.count_sketch`).
     returned : sequence of int

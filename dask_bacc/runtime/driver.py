@@ -58,8 +58,9 @@ def coded(
 
     Parameters
     ----------
-    collection : dask array, dask DataFrame/Series, or dask-backed xarray object
-        Whose final operation is a map over chunks: ``x.map_blocks(f, ...)`` (one chunked
+    collection : dask collection
+        A dask array, dask DataFrame/Series, or dask-backed xarray object whose final
+        operation is a map over chunks: ``x.map_blocks(f, ...)`` (one chunked
         input, chunked along axis 0 only), ``ddf.map_partitions(f, ...)``,
         ``xr.apply_ufunc(f, da, dask="parallelized")`` (the DataArray chunked along its
         first dimension only), or ``xr.map_blocks(f, obj)`` (one DataArray/Dataset
@@ -77,11 +78,12 @@ def coded(
 
     Returns
     -------
-    A lazy collection of the same type, with the same chunks and labels as ``collection``.
-    Its dtypes are those of the plain map for codes that decode exactly (repetition,
-    uncoded, speculative) and float64 for numeric outputs of the approximate and
-    polynomial codes. Computing it runs one ``bacc-driver-<token>`` task, which holds
-    the K decoded blocks until the output chunks have taken them.
+    dask collection
+        A lazy collection of the same type, with the same chunks and labels as
+        ``collection``. Its dtypes are those of the plain map for codes that decode exactly
+        (repetition, uncoded, speculative) and float64 for numeric outputs of the
+        approximate and polynomial codes. Computing it runs one ``bacc-driver-<token>``
+        task, which holds the K decoded blocks until the output chunks have taken them.
 
     Raises
     ------

@@ -125,9 +125,9 @@ def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: A
 class CodedJob:
     """A coded map over K blocks running on the cluster (returned by ``submit_coded``).
 
-    Use :meth:`result` to wait for the decoded output, :attr:`report` for what happened,
-    :meth:`cancel` to stop it and :meth:`done` to poll. With an asynchronous client,
-    ``await job`` (or ``await job.result()``) instead.
+    Use :meth:`result` to wait for the decoded output, ``job.report`` (a
+    :class:`JobReport`) for what happened, :meth:`cancel` to stop it and :meth:`done` to
+    poll. With an asynchronous client, ``await job`` (or ``await job.result()``) instead.
     """
 
     #: show a progress bar (None: ``bacc.progress``); ``submit_coded(progress=)`` sets it

@@ -318,7 +318,7 @@ def map_coded(
     func : callable
         ``func(block, *args, **kwargs)`` returning a real numeric array (or scalar) whose
         shape does not depend on the values in the block.
-    data : array, list of arrays, dask array, DataFrame/Series, DataArray/Dataset
+    data : numpy.ndarray, list, dask.array.Array, DataFrame, Series, DataArray or Dataset
         NumPy arrays are split along axis 0 into K equal blocks (see ``n_blocks``/``blocks``);
         a list holds the K blocks; a dask array's chunks along axis 0 are the blocks (other
         axes are rechunked to one chunk; axis-0 chunks must be equal). A dask
@@ -371,18 +371,20 @@ def map_coded(
         to that, an explicit one that is too small is a ``ValueError``. Without it,
         inconsistent results are only reported (``report.suspects``). See
         ``docs/accuracy.md``.
-    transform : str, (forward, inverse) or Transform, optional
+    transform : str, ``(forward, inverse)`` or Transform, optional
         Decode in a transformed domain: ``forward`` runs on each coded result inside its
         task, the code decodes the transformed results and ``inverse`` maps each decoded
         block back (``inverse(decode(forward(results)))``). Presets: ``"log"`` (for
         positive outputs such as probabilities) and ``"log-probabilities"`` (also
         renormalises each row, the last axis, to sum to 1). Exact codes stay exact up to
-        rounding. See :func:`dask_bacc.codes.get_transform` and ``docs/accuracy.md``.
+        rounding. See :func:`dask_bacc.codes.transform.get_transform` and
+        ``docs/accuracy.md``.
 
     Returns
     -------
-    Same kind as ``data``: NumPy array, list of arrays, dask array (backed by the
-    decoded futures), pandas or dask DataFrame/Series, or xarray object.
+    numpy.ndarray, list, dask.array.Array, DataFrame, Series, DataArray or Dataset
+        Same kind as ``data``: NumPy array, list of arrays, dask array (backed by the
+        decoded futures), pandas or dask DataFrame/Series, or xarray object.
 
     Raises
     ------
