@@ -12,10 +12,10 @@ from .exceptions import (
 )
 from .runtime import (
     CodedJob,
+    ErrorTarget,
     FirstK,
     Fraction,
     JobReport,
-    UntilError,
     WaitPolicy,
     coded,
     map_coded,
@@ -33,6 +33,7 @@ __all__ = [
     "ApproximationWarning",
     "CodedData",
     "CodedJob",
+    "ErrorTarget",
     "FirstK",
     "Fraction",
     "InexactDecode",
@@ -41,7 +42,6 @@ __all__ = [
     "JobReport",
     "RewriteError",
     "SuspectResultsWarning",
-    "UntilError",
     "WaitPolicy",
     "__version__",
     "cancelled",
@@ -54,3 +54,18 @@ __all__ = [
     "submit_coded",
     "until",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # UntilError (0.1) was renamed ErrorTarget: a wait policy, not an exception
+    if name == "UntilError":
+        import warnings
+
+        warnings.warn(
+            "dask_bacc.UntilError was renamed dask_bacc.ErrorTarget (a wait policy, not an "
+            "exception); the old name will be removed",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return ErrorTarget
+    raise AttributeError(f"module 'dask_bacc' has no attribute {name!r}")

@@ -9,7 +9,7 @@ import click
 
 
 @click.group(name="bacc")
-@click.version_option(package_name="dask-bacc")
+@click.version_option(package_name="dask-bacc", prog_name="dask-bacc")
 def bacc() -> None:
     """dask-bacc: straggler-resistant map over chunks with coded computing."""
 

@@ -8,7 +8,8 @@ same order sees the same stragglers. The delay is interruptible: it ends as soon
 job has decoded or been cancelled, so cancelled stragglers do not keep occupying workers.
 
 >>> from dask_bacc.stragglers import Bimodal, inject_stragglers
->>> inject_stragglers(Bimodal(p=0.1, delay=2.0), seed=0)  # doctest: +SKIP
+>>> with inject_stragglers(Bimodal(p=0.1, delay=2.0), seed=0):  # doctest: +SKIP
+...     dask_bacc.map_coded(f, X)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "Bimodal",
     "ShiftedExponential",
     "SlowWorkers",
+    "StragglerInjection",
     "StragglerModel",
     "StragglerPlugin",
     "clear_stragglers",
@@ -158,14 +160,77 @@ def draw_delay(
     return float(model.draw(np.random.default_rng([seed, seq, index]), worker_name, elapsed))
 
 
-def inject_stragglers(model: StragglerModel, seed: int = 0, client: Any = None) -> Any:
-    """Install a :class:`StragglerPlugin` on every worker (and on workers that join later)."""
+def inject_stragglers(
+    model: StragglerModel, seed: int = 0, client: Any = None
+) -> StragglerInjection:
+    """Install a :class:`StragglerPlugin` on every worker (and on workers that join later).
+
+    The stragglers stay on for every later job until :func:`clear_stragglers`, or until
+    the end of a ``with`` block::
+
+        with inject_stragglers(Bimodal(p=0.1, delay=2.0)):
+            dask_bacc.map_coded(f, X)  # some coded tasks straggle
+        dask_bacc.map_coded(f, X)  # none do
+
+    With an asynchronous client, ``await inject_stragglers(...)`` or
+    ``async with inject_stragglers(...)``.
+
+    Parameters
+    ----------
+    model : StragglerModel
+        Which tasks straggle and by how much.
+    seed : int
+        Seed of the draws (the same jobs in the same order straggle alike).
+    client : distributed.Client, optional
+        Defaults to the current client.
+
+    Returns
+    -------
+    StragglerInjection
+        A context manager that removes the stragglers on exit.
+    """
     client = client if client is not None else default_client()
-    return client.register_plugin(StragglerPlugin(model, seed), name=STRAGGLER_PLUGIN_NAME)
+    registered = client.register_plugin(StragglerPlugin(model, seed), name=STRAGGLER_PLUGIN_NAME)
+    return StragglerInjection(client, registered if client.asynchronous else None)
+
+
+class StragglerInjection:
+    """Injected stragglers (from :func:`inject_stragglers`): ``with`` / ``async with``
+    removes them on exit; :meth:`clear` removes them at once."""
+
+    def __init__(self, client: Any, pending: Any = None):
+        self.client = client
+        self._pending = pending  # an asynchronous client's registration, to await
+
+    async def _registered(self) -> StragglerInjection:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            await pending
+        return self
+
+    def __await__(self) -> Any:
+        return self._registered().__await__()
+
+    def clear(self) -> Any:
+        """Remove the stragglers (with an asynchronous client, await the result)."""
+        return clear_stragglers(self.client)
+
+    def __enter__(self) -> StragglerInjection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.clear()
+
+    async def __aenter__(self) -> StragglerInjection:
+        return await self._registered()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.clear()
 
 
 def clear_stragglers(client: Any = None) -> Any:
-    """Remove the straggler plugin from the workers."""
+    """Remove the straggler plugin from the workers (with an asynchronous client, await
+    the result)."""
     client = client if client is not None else default_client()
     return client.unregister_worker_plugin(STRAGGLER_PLUGIN_NAME)
 

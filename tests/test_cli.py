@@ -133,3 +133,12 @@ def test_example_script_is_the_same_command():
     )
     assert proc.returncode == 2
     assert "Invalid value for '--blocks'" in proc.stderr
+
+
+def test_version_names_the_package():
+    """D8: ``dask bacc --version`` printed ``dask, version 0.1.0``."""
+    import dask_bacc
+
+    result = CliRunner().invoke(bacc, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"dask-bacc, version {dask_bacc.__version__}"

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from dask_bacc.codes import get_code
 from dask_bacc.runtime.decide import Decider, Decode, GiveUp
-from dask_bacc.runtime.wait import FirstK, UntilError, resolve_wait
+from dask_bacc.runtime.wait import ErrorTarget, FirstK, resolve_wait
 
 
 def launched(code, policy, timeout=None):
@@ -96,7 +96,7 @@ def test_timeout_decodes_or_gives_up():
 
 def test_until_error_and_all():
     code = get_code("berrut", 4, 8)
-    policy = UntilError(0.01)
+    policy = ErrorTarget(0.01)
     d = launched(code, policy)
     for i in range(5):
         d.landed(i, 1.0)
@@ -197,3 +197,12 @@ def test_plan_backups_is_the_speculative_rule():
     launched[K + 0] = 3.1
     arrival[K + 0] = 3.5
     assert plan_backups(K, rule, [1, 2, 3, K + 0], [0], launched, arrival, 4.0) == ([0], [])
+
+
+def test_the_old_name_of_error_target_still_works_with_a_warning():
+    import dask_bacc
+
+    with pytest.warns(FutureWarning, match="renamed dask_bacc.ErrorTarget"):
+        old = dask_bacc.UntilError
+    assert old is dask_bacc.ErrorTarget
+    assert isinstance(dask_bacc.until(0.01), dask_bacc.ErrorTarget)

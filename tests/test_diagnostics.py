@@ -500,3 +500,133 @@ def test_plugin_state_machine_without_a_cluster():
         "failed": 3,
     }
     assert plugin.decode_hist.total == 3 and plugin.straggler_hist.counts[1] == 3
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, scheduler_kwargs=DASHBOARD)
+async def test_a_systematic_code_is_named_as_given(c, s, *workers):
+    """D4: code="systematic-berrut" was reported, shown on /bacc and counted in
+    dask_bacc_jobs_total as "berrut"."""
+    job = await dask_bacc.submit_coded(
+        np.tanh, np.ones((4, 2)), n_blocks=2, code="systematic-berrut", client=c
+    )
+    await job
+    await closed_job(s, job.token)
+    assert repr(job.report).startswith("<JobReport systematic-berrut tanh")
+    assert repr(job).startswith("<CodedJob systematic-berrut tanh")
+    _, body = await fetch(s, "/bacc/stats.json")
+    data = json.loads(body)
+    assert [row["code"] for row in data["jobs"]] == ["systematic-berrut"]
+    assert data["totals"]["jobs"][0]["code"] == "systematic-berrut"
+    _, body = await fetch(s, "/metrics")
+    assert 'dask_bacc_jobs_total{code="systematic-berrut",outcome="decoded"} 1.0' in body
+
+
+def test_the_timeline_numbers_coded_tasks_with_whole_numbers():
+    """The /bacc timeline's y-axis showed ticks such as 2.5 for coded task numbers."""
+    from dask_bacc.diagnostics.dashboard import BaccPage
+
+    (axis,) = BaccPage(scheduler=None).timeline.yaxis
+    assert axis.ticker.min_interval == 1 and axis.ticker.num_minor_ticks == 0
+    assert axis.formatter.format == "0"
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, scheduler_kwargs=DASHBOARD)
+async def test_notebook_reprs_of_a_report_a_job_and_coded_data(c, s, *workers):
+    """JobReport, CodedJob and CodedData render as HTML in a notebook, as Client and
+    Future do: code, K and N, what returned, straggled or failed, the error estimate and a
+    link to the job on /bacc (which opens on that job)."""
+    X = np.random.default_rng(0).standard_normal((8, 2))
+    job = await dask_bacc.submit_coded(
+        lambda b: np.tanh(b), X, n_blocks=2, n_coded=4, code="berrut", client=c
+    )
+    running = job._repr_html_()
+    assert "CodedJob" in running and "&lt;lambda&gt;" in running and "<lambda>" not in running
+    await job
+    page = job.report._repr_html_()
+    for text in ("JobReport", "berrut, K=2 data blocks, N=4 coded tasks", "finished"):
+        assert text in page, text
+    assert (
+        f'Returned</th><td style="text-align: left; padding: 1px 0">{len(job.report.returned)}:'
+        in page
+    )
+    assert "Error estimate" in page and "embedded-fh1" in page
+    link = job.report.dashboard
+    assert link is not None and link.endswith(f"/bacc?token={job.token}")
+    assert f'href="{link}"' in page
+    # the link works: the page answers, and opens on the job
+    code, _ = await fetch(s, f"/bacc?token={job.token}")
+    assert code == 200
+    data = await dask_bacc.encode(X, n_blocks=2, n_coded=4, client=c)
+    shown = data._repr_html_()
+    assert "CodedData" in shown and "in memory" in shown and "4 on 4 workers" in shown
+    data.release()
+    assert "released" in data._repr_html_()
+
+
+def test_the_timeline_opens_on_the_job_of_the_link():
+    """/bacc?token=... selects that job on the timeline."""
+    from types import SimpleNamespace
+
+    from dask_bacc.diagnostics.dashboard import requested_token
+
+    def doc(arguments):  # what Bokeh's server gives a session
+        return SimpleNamespace(
+            session_context=SimpleNamespace(request=SimpleNamespace(arguments=arguments))
+        )
+
+    assert requested_token(doc({"token": [b"abc123"]})) == "abc123"
+    assert requested_token(doc({})) is None
+    assert requested_token(SimpleNamespace()) is None
+
+
+def test_the_jobs_of_one_notebook_cell_share_one_progress_bar(monkeypatch, capsys):
+    """A notebook loop of 480 coded calls showed 480 progress widgets: the jobs of one
+    IPython cell share one bar (reset for each job); the cell's end closes it."""
+    import types
+
+    from dask_bacc.diagnostics import progress
+
+    class Shell:
+        execution_count = 7
+
+        def __init__(self):
+            self.events = types.SimpleNamespace(register=self.register)
+            self.hooks = []
+
+        def register(self, event, fn):
+            assert event == "post_run_cell"
+            self.hooks.append(fn)
+
+    shell = Shell()
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    monkeypatch.setattr(progress, "_shared", progress._Shared())
+
+    def report():
+        return types.SimpleNamespace(
+            wait_target=4,
+            code="berrut",
+            func="f",
+            failed={},
+            status="finished",
+            time_to_decode=0.1,
+            trigger="wait",
+            cancelled=1,
+        )
+
+    bars = []
+    for _ in range(5):  # one cell, a loop of five jobs
+        bar = progress.ProgressBar(report())
+        bar.update(4)
+        bar.close()
+        bars.append(bar.bar)
+    assert all(b is bars[0] for b in bars) and not bars[0].disable  # one bar, still open
+    assert "job 5 of this cell" in bars[0].desc
+    shell.execution_count = 8  # the next cell: a new bar
+    later = progress.ProgressBar(report())
+    assert later.bar is not bars[0] and bars[0].disable  # the old one was closed
+    later.close()
+    (hook,) = shell.hooks  # registered once
+    hook(None)  # the cell ends
+    assert later.bar.disable
+    err = capsys.readouterr().err
+    assert "decoded=" in err

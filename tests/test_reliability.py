@@ -10,7 +10,7 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
-from cluster_helpers import checked_local_cluster, gen_cluster, no_bacc_tasks
+from cluster_helpers import checked_local_cluster, gen_cluster, names_at, no_bacc_tasks
 
 import dask_bacc
 from dask_bacc.codes import LagrangeCode
@@ -334,3 +334,28 @@ async def test_a_held_straggler_whose_worker_dies_is_released(c, s, *workers):
     await victim.close(executor_wait=False)
     await no_bacc_tasks(s, deadline=10)
     await Event("held-dies", client=c).set()
+
+
+def fails_on(b, names):
+    from distributed import get_worker
+
+    if str(get_worker().name) in names:
+        raise RuntimeError("this worker fails")
+    return np.tanh(b)
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_an_approximate_answer_without_an_estimate_warns(c, s, *workers):
+    """The soak's 'approximate answers without an estimate': Berrut decoding from fewer
+    results than an estimate needs (two of N=4 fail, K=2) passed its answer on with
+    report.error_estimate None and no word; now it warns and the report keeps the warning."""
+    bad, _ = await names_at(c, (1, 2), 4)
+    with pytest.warns(dask_bacc.ApproximationWarning, match="could not be estimated") as w:
+        job = await dask_bacc.submit_coded(
+            fails_on, X, bad, n_blocks=2, n_coded=4, code="berrut", client=c
+        )
+        await job
+    rep = job.report
+    assert rep.error_estimate is None and rep.estimate_method == "unknown"
+    assert sorted(rep.returned) == [0, 3] and rep.trigger == "exhausted"
+    assert rep.warnings == [f"ApproximationWarning: {w[0].message}"]

@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from cluster_helpers import gen_cluster
+from cluster_helpers import checked_local_cluster, gen_cluster
 
 import dask_bacc
 from dask_bacc.runtime.worker import STRAGGLER_PLUGIN_NAME
@@ -104,3 +104,29 @@ async def test_plain_task_draws_from_the_same_plugin(c, s, a, b):
     # without a plugin the task just runs
     await clear_stragglers(client=c)
     assert await c.submit(plain_task, 2.0, 0, 0, np.sqrt, workers=[b.address]) == np.sqrt(2.0)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_injected_stragglers_leave_at_the_end_of_a_with_block(c, s, a, b):
+    """inject_stragglers stayed installed silently for every later job: as a context
+    manager it removes itself on exit, also when the block raises."""
+    model = SlowWorkers(names=[a.name], delay=0.0)
+    async with inject_stragglers(model, client=c) as injection:
+        assert all(STRAGGLER_PLUGIN_NAME in w.plugins for w in (a, b))
+        assert injection.client is c
+    assert not any(STRAGGLER_PLUGIN_NAME in w.plugins for w in (a, b))
+    with pytest.raises(KeyError):
+        async with inject_stragglers(model, client=c):
+            raise KeyError("inside")
+    assert not any(STRAGGLER_PLUGIN_NAME in w.plugins for w in (a, b))
+
+
+def test_injected_stragglers_with_a_synchronous_client():
+    from distributed import Client
+
+    with checked_local_cluster(n_workers=2, threads_per_worker=1) as lc, Client(lc) as c:
+        with inject_stragglers(SlowWorkers(names=["0"], delay=0.0)):
+            on = c.run(lambda dask_worker: STRAGGLER_PLUGIN_NAME in dask_worker.plugins)
+            assert all(on.values())
+        off = c.run(lambda dask_worker: STRAGGLER_PLUGIN_NAME in dask_worker.plugins)
+        assert not any(off.values())

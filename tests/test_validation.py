@@ -72,6 +72,20 @@ BAD_INPUTS = [
     ("scalar data", (np.tanh, np.float64(3.0)), {}, ValueError, "dimension"),
     ("unsupported type", (np.tanh, {"a": 1}), {}, TypeError, "cannot map over"),
     ("unknown code", (np.tanh, X), {"n_blocks": 2, "code": "fountain"}, ValueError, "unknown code"),
+    (  # D5: the list has every name map_coded takes, and the nearest one is suggested
+        "misspelt code",
+        (np.tanh, X),
+        {"n_blocks": 2, "code": "berut"},
+        ValueError,
+        r"did you mean 'berrut'.*'speculative', 'spline', 'systematic-berrut'",
+    ),
+    (  # D7: the user chose K, not n_coded: say to use fewer blocks
+        "more blocks than the workers can code",
+        (np.tanh, X),
+        {"n_blocks": 4},
+        ValueError,
+        r"K=4 data blocks need at least N=5 .* but the cluster has 4 workers; use fewer blocks",
+    ),
     ("code not str", (np.tanh, X), {"n_blocks": 2, "code": 3}, TypeError, "code"),
     (
         "code instance with wrong K",

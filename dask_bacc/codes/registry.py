@@ -10,7 +10,18 @@ from .lagrange import LagrangeCode
 from .repetition import RepetitionCode, Uncoded
 from .spline import SplineCode
 
-__all__ = ["code_class", "code_label", "get_code", "register_code", "registered_codes"]
+__all__ = [
+    "ALIASES",
+    "code_class",
+    "code_label",
+    "get_code",
+    "register_code",
+    "registered_codes",
+    "unknown_code",
+]
+
+#: names :func:`get_code` accepts besides the registered ones
+ALIASES = ("systematic-berrut", "systematic-spline")
 
 _REGISTRY: dict[str, type[Code]] = {}
 
@@ -32,14 +43,23 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Code], dict[str, 
     if not isinstance(name, str):
         raise TypeError(f"code name must be a string, got {type(name).__name__}")
     key = name.lower().replace("_", "-")
-    if key in ("systematic-berrut", "systematic-spline"):
+    if key in ALIASES:
         if not options.pop("systematic", True):
             raise ValueError(f"code {key!r} cannot take systematic=False")
         key, options = key.split("-", 1)[1], {"systematic": True, **options}
     try:
         return _REGISTRY[key], options
     except KeyError:
-        raise ValueError(f"unknown code {name!r}; choose one of {registered_codes()}") from None
+        raise unknown_code(name, [*registered_codes(), *ALIASES]) from None
+
+
+def unknown_code(name: str, known: list[str]) -> ValueError:
+    """The error for a code name that is not one of ``known``, with the nearest match."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower().replace("_", "-"), known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ValueError(f"unknown code {name!r}{hint}; the codes are {sorted(known)}")
 
 
 def code_label(config: dict[str, Any]) -> str:

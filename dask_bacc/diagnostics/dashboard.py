@@ -14,12 +14,14 @@ from typing import Any
 
 from bokeh.layouts import column
 from bokeh.models import (
+    BasicTicker,
     ColumnDataSource,
     DataTable,
     Div,
     HoverTool,
     Label,
     NumberFormatter,
+    NumeralTickFormatter,
     Span,
     TableColumn,
 )
@@ -156,6 +158,9 @@ class BaccPage:
         )
         fig.add_layout(fig.legend[0], "right")  # beside the plot: never over the bars
         fig.y_range.flipped = True
+        # coded tasks are numbered: whole numbers only, never 2.5
+        fig.yaxis.ticker = BasicTicker(min_interval=1, num_minor_ticks=0)
+        fig.yaxis.formatter = NumeralTickFormatter(format="0")
         self.decode_line = Span(
             location=0,
             dimension="height",
@@ -275,9 +280,20 @@ class BaccPage:
         )
 
 
+def requested_token(doc: Any) -> str | None:
+    """``/bacc?token=<token>`` (the link in a ``JobReport``'s notebook repr) opens the page
+    on that job."""
+    request = getattr(getattr(doc, "session_context", None), "request", None)
+    wanted = (getattr(request, "arguments", None) or {}).get("token")
+    if not wanted:
+        return None
+    return wanted[0].decode() if isinstance(wanted[0], bytes) else str(wanted[0])
+
+
 def bacc_doc(scheduler: Any, extra: dict[str, Any], doc: Any) -> None:
     """Build the ``/bacc`` Bokeh document (called once per browser session)."""
     page = BaccPage(scheduler)
+    page.selected = requested_token(doc)
     page.update()
     doc.title = "Dask: coded jobs"
     doc.add_root(page.root)

@@ -190,8 +190,7 @@ class JobMonitor:
                 yield
         except BaseException as exc:
             if self.bar is not None:
-                self.bar.bar.close()  # the job never ran: no final figures to show
-                self.bar.closed = True
+                self.bar.abandon()  # the job never ran: no final figures to show
             if self.send:  # so the scheduler does not list it as running forever
                 error = f"{type(exc).__name__}: {exc}"
                 self._post("finish", {"status": "error", "error": error})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from typing import Any
 
 from .. import config
@@ -67,27 +68,104 @@ def _bar_class() -> type:
     return type("BaccProgress", (tqdm,), {"monitor_interval": 0})
 
 
+def _cell() -> int | None:
+    """The IPython execution count (the cell being run), or None outside IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    try:
+        shell = ipython.get_ipython()
+    except Exception:
+        return None
+    return None if shell is None else int(getattr(shell, "execution_count", 0))
+
+
+class _Shared:
+    """The bar the jobs of one notebook cell share (per thread): a loop of 480 coded calls
+    shows one bar, reset for each job, not 480 widgets. It is closed when the cell ends
+    (IPython's ``post_run_cell``) or when a job of another cell takes its place."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.key: tuple[int, int] | None = None
+        self.bar: Any = None
+        self.jobs = 0
+        self.hooked = False
+
+    def take(self, key: tuple[int, int], make: Any) -> tuple[Any, int]:
+        with self.lock:
+            if self.bar is not None and self.key == key:
+                self.jobs += 1
+                return self.bar, self.jobs
+            self._close()
+            self.key, self.bar, self.jobs = key, make(), 1
+            self._hook()
+            return self.bar, 1
+
+    def release(self, bar: Any) -> bool:
+        """Whether ``bar`` stays open for the next job of its cell."""
+        with self.lock:
+            return bar is self.bar
+
+    def end_of_cell(self, *args: Any) -> None:
+        with self.lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.key, self.bar, self.jobs = None, None, 0
+
+    def _hook(self) -> None:
+        if self.hooked:
+            return
+        try:
+            shell = sys.modules["IPython"].get_ipython()
+            shell.events.register("post_run_cell", self.end_of_cell)
+            self.hooked = True
+        except Exception:  # not IPython after all: bars then close with their job
+            pass
+
+
+_shared = _Shared()
+
+
 class ProgressBar:
     """A tqdm bar (a widget in Jupyter) of usable results against the wait target.
 
     It counts up as coded results land, shows failures and the results beyond the
-    target (collected during a grace period) in its postfix, and closes at decode with
-    the number of stragglers cancelled and the time to decode.
+    target (collected during a grace period) in its postfix, and shows at decode the
+    number of stragglers cancelled and the time to decode. In IPython the jobs of one
+    cell share one bar (reset for each job, numbered); elsewhere each job's bar closes
+    with it.
     """
 
     def __init__(self, report: Any, file: Any = None):
         self.report = report
         self.total = max(1, int(report.wait_target))
         name = code_label(report.code) if isinstance(report.code, dict) else report.code
-        self.bar = _bar_class()(
-            total=self.total,
-            desc=f"bacc {name} {report.func}",
-            unit="result",
-            file=file,
-            leave=True,
-            dynamic_ncols=True,
-            mininterval=0.1,
-        )
+        desc = f"bacc {name} {report.func}"
+
+        def make() -> Any:
+            return _bar_class()(
+                total=self.total,
+                desc=desc,
+                unit="result",
+                file=file,
+                leave=True,
+                dynamic_ncols=True,
+                mininterval=0.1,
+            )
+
+        cell = _cell() if file is None else None
+        if cell is None:
+            self.bar, self.shared = make(), False
+        else:
+            self.bar, n = _shared.take((threading.get_ident(), cell), make)
+            self.shared = True
+            if n > 1:  # the same cell's next job: reuse the bar
+                self.bar.reset(total=self.total)
+                self.bar.set_description(f"{desc} (job {n} of this cell)", refresh=False)
         self.closed = False
 
     def update(self, landed: int) -> None:
@@ -103,8 +181,19 @@ class ProgressBar:
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.refresh()
 
+    def abandon(self) -> None:
+        """The job never ran: close the bar without final figures."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.shared and _shared.release(self.bar):
+            _shared.end_of_cell()
+        else:
+            self.bar.close()
+
     def close(self) -> None:
-        """Close at the job's end: decoded (with what it cancelled) or why not."""
+        """At the job's end: show decoded (with what it cancelled) or why not; close the
+        bar unless the next job of the same cell will reuse it."""
         if self.closed:
             return
         self.closed = True
@@ -120,4 +209,7 @@ class ProgressBar:
         if rep.failed:
             postfix["failed"] = len(rep.failed)
         self.bar.set_postfix(postfix, refresh=False)
-        self.bar.close()  # draws the final state once
+        if self.shared and _shared.release(self.bar):
+            self.bar.refresh()  # stays open for the cell's next job
+        else:
+            self.bar.close()  # draws the final state once

@@ -4,14 +4,14 @@ from .driver import coded, report_of, rewrite_reports
 from .job import CodedJob
 from .report import JobReport
 from .submit import map_coded, submit_coded
-from .wait import FirstK, Fraction, UntilError, WaitPolicy, until
+from .wait import ErrorTarget, FirstK, Fraction, WaitPolicy, until
 
 __all__ = [
     "CodedJob",
+    "ErrorTarget",
     "FirstK",
     "Fraction",
     "JobReport",
-    "UntilError",
     "WaitPolicy",
     "coded",
     "map_coded",

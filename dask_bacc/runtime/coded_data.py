@@ -279,6 +279,11 @@ class CodedData:
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
+    def _repr_html_(self) -> str:
+        from ..diagnostics.html import coded_data_html
+
+        return coded_data_html(self)
+
     def __repr__(self) -> str:
         state = "released" if self._released else f"{len(self.shares)} shares"
         return (

@@ -122,6 +122,18 @@ def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: A
     return running
 
 
+def _dashboard_link(client: Any, token: str) -> str | None:
+    """The job's row on the ``/bacc`` page, if the scheduler serves a dashboard."""
+    from ..diagnostics.html import dashboard_job_link
+
+    try:
+        if "dashboard" not in client.scheduler_info().get("services", {}):
+            return None
+        return dashboard_job_link(client.dashboard_link, token)
+    except Exception:  # no scheduler info yet, or a client without one
+        return None
+
+
 class CodedJob:
     """A coded map over K blocks running on the cluster (returned by ``submit_coded``).
 
@@ -180,6 +192,7 @@ class CodedJob:
             wait_target=policy.target(code),
             workers=list(workers),
             transform=None if transform is None else transform.name,
+            dashboard=_dashboard_link(client, self.token),
         )
         self.decider = Decider(code, policy, timeout)
         self._start = time.perf_counter()
@@ -235,8 +248,10 @@ class CodedJob:
         return out
 
     def warn(self, warning: Warning) -> None:
-        """Queue a warning about the answer, emitted (once) where the result is taken."""
+        """Queue a warning about the answer, emitted (once) where the result is taken, and
+        keep it in the report."""
         self._warnings.append(warning)
+        self.report.warnings.append(f"{type(warning).__name__}: {warning}")
 
     def _emit(self, stacklevel: int) -> None:
         queued, self._warnings = self._warnings, []
@@ -254,6 +269,11 @@ class CodedJob:
 
     def __await__(self):
         return self._result_warn().__await__()
+
+    def _repr_html_(self) -> str:
+        from ..diagnostics.html import report_html
+
+        return report_html(self.report, kind="CodedJob")
 
     def __repr__(self) -> str:
         status = self.report.status

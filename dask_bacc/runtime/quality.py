@@ -26,11 +26,11 @@ import numpy as np
 
 from .. import config
 from ..codes import Code, InterpolatingCode
-from ..codes.estimate import ErrorEstimate, InverseRows, estimate_error, sketch
+from ..codes.estimate import MIN_RESULTS, ErrorEstimate, InverseRows, estimate_error, sketch
 from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
 from ..exceptions import ApproximationWarning, InexactDecode, SuspectResultsWarning
 from . import keys
-from .wait import FirstK, UntilError, WaitPolicy
+from .wait import ErrorTarget, FirstK, WaitPolicy
 from .worker import sketch_task
 
 __all__ = [
@@ -60,7 +60,7 @@ class JobQuality:
         self._job = weakref.ref(job)
         self.code = job.code
         self.transform = job.transform
-        self.adaptive = isinstance(job.policy, UntilError) and not self.code.exact
+        self.adaptive = isinstance(job.policy, ErrorTarget) and not self.code.exact
         self.size = int(config.get("accuracy.sketch", 256))
         self.tau = float(config.get("accuracy.tau", 4.0))
         self.seed = int(job.token[:8], 16)
@@ -225,6 +225,9 @@ class JobQuality:
             have, Y = self._stack(list(used))
             if len(have) != len(used):
                 rep.estimate_method = "unknown"
+                self._warn_unknown(
+                    used, "the sketches of some results were lost with their workers"
+                )
                 return
             estimate = estimate_error(self.code, Y, have, transform=self.transform)
             # also after adversaries= excluded what it located, and for a systematic set
@@ -327,11 +330,17 @@ class JobQuality:
         if self.code.exact:
             return
         overall = estimate.overall
+        if estimate.method == "unknown":
+            few = len(used) < MIN_RESULTS
+            self._warn_unknown(
+                used, f"an estimate needs {MIN_RESULTS} results" if few else "no estimator"
+            )
+            return
         how = (
             "for an exact answer use code='repetition' (or 'lagrange' for a polynomial f), "
             "or a systematic code with wait=1.0; to get closer, raise n_coded or wait"
         )
-        if isinstance(job.policy, UntilError) and not overall <= job.policy.error:
+        if isinstance(job.policy, ErrorTarget) and not overall <= job.policy.error:
             job.warn(
                 ApproximationWarning(
                     f"wait=until(error={job.policy.error:g}) was not met: decoded from "
@@ -350,6 +359,19 @@ class JobQuality:
                     "has the figure per block."
                 )
             )
+
+    def _warn_unknown(self, used: list[int], why: str) -> None:
+        """An approximate answer whose error could not be estimated is not passed on
+        silently."""
+        self.job.warn(
+            ApproximationWarning(
+                f"the decoded answer of {self.code!r} is approximate and its error could not "
+                f"be estimated ({why}; decoded from {len(used)} of N={self.code.N} results, "
+                f"{self.job.report.trigger}): report.error_estimate is None. For an exact "
+                "answer use code='repetition' (or 'lagrange' for a polynomial f); for an "
+                "estimate, raise n_coded or wait."
+            )
+        )
 
     def release(self) -> list[Any]:
         """Drop every sketch future; return those still pending (to cancel)."""
@@ -415,7 +437,7 @@ def robust_policy(code: Code, policy: WaitPolicy, explicit: bool, adversaries: i
             f"tasks (plus one per straggler to tolerate: N >= 2K + S + 2A - 1), got N={code.N}"
             "; pass n_coded (and enough workers) or fewer blocks"
         )
-    if isinstance(policy, UntilError):
+    if isinstance(policy, ErrorTarget):
         if policy.floor(code) < need:
             policy = dataclasses.replace(policy, min_results=need)
         return policy

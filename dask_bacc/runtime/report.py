@@ -90,6 +90,11 @@ class JobReport:
         the code's degree" (about 1e-15 when it holds; the job raises ``InexactDecode``
         when it does not). None when no spare result was decoded from
         (``estimate_method`` ``"exact-unchecked"``).
+    dashboard : str or None
+        The job on the dashboard's ``/bacc`` page, when the scheduler has a dashboard.
+    warnings : list of str
+        The warnings about the answer (``ApproximationWarning``, ``SuspectResultsWarning``,
+        ...), as ``"Kind: message"``; each is also emitted where the result is taken.
     """
 
     token: str
@@ -123,6 +128,8 @@ class JobReport:
     consistency: dict[int, float] = field(default_factory=dict)
     transform: str | None = None
     check_residual: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    dashboard: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
@@ -149,6 +156,11 @@ class JobReport:
         for key in ("failed", "arrival", "consistency", "rerouted"):
             data[key] = {int(k): v for k, v in (data.get(key) or {}).items()}
         return cls(**data)
+
+    def _repr_html_(self) -> str:
+        from ..diagnostics.html import report_html
+
+        return report_html(self)
 
     def __repr__(self) -> str:
         def t(x: float | None) -> str:

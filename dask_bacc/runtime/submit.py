@@ -13,6 +13,7 @@ from distributed import default_client
 
 from .. import config
 from ..codes import Code, get_code
+from ..codes.registry import ALIASES, registered_codes, unknown_code
 from ..codes.transform import Transform, get_transform
 from ..collections import adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
@@ -55,6 +56,10 @@ def _check_common(func: Any, code: Any, n_coded: Any, timeout: Any, code_options
         raise TypeError(f"func must be callable, got {type(func).__name__}")
     if not isinstance(code, (str, Code)):
         raise TypeError(f"code must be a code name or a Code instance, got {type(code).__name__}")
+    if isinstance(code, str):
+        known = [*registered_codes(), *ALIASES, "speculative"]
+        if code.lower().replace("_", "-") not in known:
+            raise unknown_code(code, known)
     if n_coded is not None:
         if isinstance(n_coded, bool) or not isinstance(n_coded, numbers.Integral):
             raise TypeError(f"n_coded must be an integer, got {type(n_coded).__name__}")
@@ -81,6 +86,14 @@ def _build_code(
     name = code.lower().replace("_", "-")  # get_code resolves aliases (systematic-berrut)
     if n_coded is None:
         n_coded = default_n_coded(name, K, n_workers, options)
+        if n_coded > n_workers and config.get("oversubscribe", "raise") != "warn":
+            # the user chose K (n_blocks or the chunks), not N: say what to change
+            raise ValueError(
+                f"K={K} data blocks need at least N={n_coded} coded tasks for code "
+                f"{code!r}, each on its own worker, but the cluster has {n_workers} "
+                "workers; use fewer blocks (a smaller n_blocks, or larger chunks), add "
+                "workers, or set bacc.oversubscribe to 'warn'"
+            )
     elif name != "uncoded" and n_coded <= K:
         raise ValueError(
             f"n_coded={n_coded} must exceed the K={K} data blocks (coded computing adds "

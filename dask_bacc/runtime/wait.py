@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import config
 from ..codes import Code
 
-__all__ = ["FirstK", "Fraction", "UntilError", "WaitPolicy", "resolve_wait", "until"]
+__all__ = ["ErrorTarget", "FirstK", "Fraction", "WaitPolicy", "resolve_wait", "until"]
 
 
 class WaitPolicy:
@@ -106,7 +106,7 @@ class Fraction(WaitPolicy):
 
 
 @dataclass(frozen=True)
-class UntilError(WaitPolicy):
+class ErrorTarget(WaitPolicy):
     """Decode once the estimated relative error is at most ``error`` (adaptive waiting).
 
     The job re-estimates the error of decoding from the results that landed each time new
@@ -168,13 +168,13 @@ class UntilError(WaitPolicy):
             )
 
 
-def until(error: float, *, min_results: int | None = None) -> UntilError:
+def until(error: float, *, min_results: int | None = None) -> ErrorTarget:
     """Wait policy: decode as soon as the estimated relative error is at most ``error``.
 
     ``map_coded(f, X, wait=dask_bacc.until(error=0.01))`` decodes once the error estimate
-    is below 1%, or when every result is in, or at ``timeout``. See :class:`UntilError`.
+    is below 1%, or when every result is in, or at ``timeout``. See :class:`ErrorTarget`.
     """
-    return UntilError(error, min_results=min_results)
+    return ErrorTarget(error, min_results=min_results)
 
 
 def _check_grace(grace: float) -> None:

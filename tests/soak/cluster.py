@@ -22,6 +22,22 @@ from pathlib import Path
 
 import psutil
 
+#: The scheduler's buffers are bounded by a count or an age, but distributed's defaults
+#: take hours or ~10^5 tasks to fill (a task stream of 100 000 tasks, events of departed
+#: workers kept 1 h, 10 000 log records, 7 200 system-monitor samples). The soak shrinks
+#: those bounds so that they fill during its warm-up: the memory slope it measures after
+#: warm-up is then growth that no bound stops. Set for the scheduler process only.
+SMALL_BOUNDS = {
+    "DASK_DISTRIBUTED__SCHEDULER__DASHBOARD__TASKS__TASK_STREAM_LENGTH": "1000",
+    "DASK_DISTRIBUTED__SCHEDULER__EVENTS_CLEANUP_DELAY": "5s",
+    "DASK_DISTRIBUTED__ADMIN__LOG_LENGTH": "200",
+    "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "100",
+    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__LOG_LENGTH": "60",
+    "DASK_DISTRIBUTED__DIAGNOSTICS__COMPUTATIONS__MAX_HISTORY": "10",
+    "DASK_DISTRIBUTED__DIAGNOSTICS__ERRED_TASKS__MAX_HISTORY": "10",
+    "DASK_BACC__DIAGNOSTICS__HISTORY": "20",
+}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -52,8 +68,8 @@ class ProcessCluster:
         self.all_procs: list[subprocess.Popen] = []
 
     # -- processes ---------------------------------------------------------------------
-    def _dask(self, *args: str, log: str) -> subprocess.Popen:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+    def _dask(self, *args: str, log: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         with open(self.logdir / log, "w") as out:
             p = subprocess.Popen(
                 [sys.executable, "-m", "dask", *args],
@@ -82,6 +98,7 @@ class ProcessCluster:
             "--preload",
             "dask_bacc.diagnostics",
             log=f"scheduler-{self.scheduler_incarnation}.log",
+            env=SMALL_BOUNDS,
         )
         while not port_open(self.port):
             if self.scheduler.poll() is not None:

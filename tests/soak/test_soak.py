@@ -39,6 +39,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+import dask
 import numpy as np
 import psutil
 import pytest
@@ -57,13 +58,13 @@ MODE = "full" if _ENV == "full" else "bounded"
 SETTINGS = {
     # >= 300 jobs and >= 10 kills in <= 5 minutes on 2 cores
     "bounded": dict(
-        jobs=320,
+        jobs=700,
         min_kills=10,
-        kill_every=5.0,
+        kill_every=10.0,
         workers=6,
         threads_per_client=2,
-        restart_after=0.2,
-        max_seconds=210,
+        restart_after=0.15,
+        max_seconds=270,
     ),
     "full": dict(
         jobs=1200,
@@ -97,12 +98,14 @@ def allowed(code: str, outcome: str, detail: str) -> bool:
 
     ``InsufficientResults``: uncoded and speculative jobs have no redundancy for a block
     whose worker was killed; the other codes only when killed workers took more results
-    than the code's redundancy (N is capped by the live workers, so N - K may be small).
+    than the code's redundancy (N is capped by the live workers, so N - K may be small,
+    and repetition with N < 2K keeps a single copy of some blocks).
     ``ValueError`` before submitting when fewer workers are alive than the N coded
     tasks need (``bacc.oversubscribe="raise"``).
     """
     if outcome == "InsufficientResults":
-        return code in ("uncoded", "speculative") or " left " in detail
+        lost = " left " in detail or "lost with worker" in detail
+        return code in ("uncoded", "speculative") or lost
     if outcome == "ValueError":
         return "distinct workers but the cluster has" in detail
     return False
@@ -200,6 +203,8 @@ class Soak:
         if not np.all(np.isfinite(out)):
             return "bad-approx", "non-finite values"
         if est is None or not np.isfinite(est):
+            if any("could not be estimated" in w for w in report.warnings):
+                return "ok", ""  # said so: too few results (or sketches) to estimate
             return "bad-approx", (
                 f"error_estimate={est} ({report.estimate_method}; decoded on {report.trigger} "
                 f"from {len(report.returned)} results, failed {len(report.failed)})"
@@ -333,9 +338,20 @@ def soak_cluster(tmp_path):
         cluster.close()
 
 
+@pytest.fixture
+def client_bounds():
+    """The clients' bounded buffers fill during warm-up too (as ``cluster.SMALL_BOUNDS``
+    for the scheduler): each batched comm keeps its last ``low-level-log-length``
+    messages, 1000 by default, graphs with their data included."""
+    with dask.config.set({"distributed.admin.low-level-log-length": 50}):
+        yield
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(SETTINGS["max_seconds"] + 400)
-def test_soak_coded_jobs_under_kills_stragglers_and_a_scheduler_restart(soak_cluster, tmp_path):
+def test_soak_coded_jobs_under_kills_stragglers_and_a_scheduler_restart(
+    soak_cluster, client_bounds, tmp_path
+):
     cluster, settings = soak_cluster, SETTINGS
     wall0 = time.monotonic()
     clients = [Client(cluster.address, timeout=60, set_as_default=False) for _ in range(2)]
