@@ -111,9 +111,13 @@ def allowed(code: str, outcome: str, detail: str) -> bool:
     return False
 
 
-#: memory bounds after warm-up, MB per 1000 jobs
-SCHEDULER_SLOPE_MB = 5.0
-CLIENT_SLOPE_MB = 5.0
+#: memory bounds after warm-up, MB per 1000 jobs. The full mode holds the issue's target
+#: (5 MB over 1000 jobs). The bounded mode's window (~400 jobs, ~2 minutes, a 1-2 MB rise)
+#: is too short to tell 4 from 6: two bounded runs of the same code measured 4.0 and 5.6.
+#: Its bound, 10, still catches every leak this suite found (one span per job: 27 MB per
+#: 1000 jobs; the clients' message log: 17).
+SCHEDULER_SLOPE_MB = {"bounded": 10.0, "full": 5.0}[MODE]
+CLIENT_SLOPE_MB = {"bounded": 10.0, "full": 5.0}[MODE]
 
 
 def _job_input(n: int) -> tuple[str, int, object, np.ndarray, dict]:

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The soak and chaos suite in its bounded mode (tests/soak: a multi-process cluster, 700
+# coded jobs, SIGKILLed workers, a scheduler restart; about 4 minutes on 2 cores).
+# DASK_BACC_SOAK=full runs the full mode (docs/reliability.md).
+set -euo pipefail
+
+.venv/bin/python -m pytest -q -m soak tests/soak

@@ -1,0 +1,58 @@
+"""Every ``python`` block of the README runs as written, in order, in one interpreter, on
+the 4-worker cluster the first block creates (as a notebook user pasting them would)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def readme_blocks() -> list[str]:
+    return FENCE.findall((ROOT / "README.md").read_text())
+
+
+def test_the_readme_has_the_notebook_example_first():
+    blocks = readme_blocks()
+    assert len(blocks) >= 8
+    first = blocks[0]
+    assert "LocalCluster(n_workers=4" in first
+    assert len(first.strip().splitlines()) <= 12  # the short example a user pastes
+
+
+def test_every_readme_python_block_runs_in_order(tmp_path):
+    blocks = readme_blocks()
+    # one script, each block announced, so a failure names its block; given with -c (as
+    # a notebook's kernel: no __main__ file for the worker processes to re-import)
+    script = "\n".join(
+        f"print('--- README block {i}', flush=True)\n{code}" for i, code in enumerate(blocks)
+    )
+    script += "\nclient.close()\nprint('--- README done', flush=True)\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "--- README done" in proc.stdout, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+
+
+def test_ci_runs_the_readme_test_command_word_for_word():
+    """The README opens with two commands (the demo, the tests); CI's entry point runs the
+    second exactly, through ci/tests.sh, then the other ci/ scripts."""
+    bash = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    demo, tests = (block.strip() for block in bash[:2])
+    assert demo.endswith("dask bacc demo") and "pytest -q" in tests
+    assert tests in (ROOT / "ci" / "tests.sh").read_text().splitlines()
+    run = (ROOT / ".ci" / "run").read_text()
+    for script in ("browser", "tests", "typecheck", "docs", "notebooks", "soak"):
+        assert f"bash ci/{script}.sh" in run, script
+        assert (ROOT / "ci" / f"{script}.sh").exists() or script == "typecheck", script
