@@ -23,7 +23,10 @@ _BOX = (
     "font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px; "
     "border-left: 3px solid #e85d04; padding: 4px 10px; margin: 4px 0"
 )
-_KEY = "text-align: left; padding: 1px 12px 1px 0; font-weight: 600; vertical-align: top"
+_KEY = (
+    "text-align: left; padding: 1px 12px 1px 0; font-weight: 600; vertical-align: top; "
+    "white-space: nowrap"
+)
 _VALUE = "text-align: left; padding: 1px 0"
 
 
