@@ -106,8 +106,8 @@ def allowed(code: str, outcome: str, detail: str) -> bool:
     if outcome == "InsufficientResults":
         lost = " left " in detail or "lost with worker" in detail
         return code in ("uncoded", "speculative") or lost
-    if outcome == "ValueError":
-        return "distinct workers but the cluster has" in detail
+    if outcome == "ValueError":  # placement, or the default N beyond the live workers
+        return "but the cluster has" in detail and "worker" in detail
     return False
 
 
