@@ -87,7 +87,7 @@ class Code:
         """The (N, K) matrix E with ``coded_i = sum_j E[i, j] X_j``."""
         raise NotImplementedError
 
-    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
+    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
         """The (K, len(returned)) matrix D with ``estimate_j = sum_l D[j, l] result_l``.
 
         Columns follow ``returned`` as given. Raises :class:`InsufficientResults` when the
@@ -101,7 +101,7 @@ class Code:
         """The fewest results from which decoding can succeed."""
         raise NotImplementedError
 
-    def can_decode(self, returned: Sequence[int]) -> bool:
+    def can_decode(self, returned: Sequence[int] | np.ndarray) -> bool:
         """Whether this set of returned worker indices is decodable.
 
         Raises ``ValueError`` for indices outside ``[0, N)`` or repeated, like :meth:`decode`.
@@ -110,14 +110,14 @@ class Code:
             return False
         return as_returned(returned, self.N).size >= self.min_results
 
-    def is_exact(self, returned: Sequence[int]) -> bool:
+    def is_exact(self, returned: Sequence[int] | np.ndarray) -> bool:
         """Whether decoding from ``returned`` gives every block exactly (f(X_j), not an estimate).
 
         True for an exact code once the set is decodable; a systematic code overrides it.
         """
         return self.exact and self.can_decode(returned)
 
-    def check_matrix(self, returned: Sequence[int]) -> np.ndarray | None:
+    def check_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray | None:
         """A matrix C with ``C @ results == 0`` (up to rounding) whenever the decode from
         ``returned`` is exact, or None when the set has no redundancy to check it with.
 
@@ -126,7 +126,7 @@ class Code:
         """
         return None
 
-    def amplification(self, returned: Sequence[int]) -> float:
+    def amplification(self, returned: Sequence[int] | np.ndarray) -> float:
         """How much the decode from ``returned`` can magnify errors in the results.
 
         The decode's Lebesgue constant ``max_j sum_l |D[j, l]|``: 1 for repetition, small
@@ -143,7 +143,7 @@ class Code:
         return _contract(self.encoding_matrix(), blocks)
 
     def decode(
-        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]
+        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int] | np.ndarray
     ) -> np.ndarray:
         """Decode K output blocks from ``results[l]``, the result of worker ``returned[l]``."""
         idx = as_returned(returned, self.N)
@@ -172,7 +172,7 @@ class Code:
         return cls(**config)
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.get_config() == other.get_config()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.get_config() == other.get_config()
 
     def __hash__(self) -> int:
         return hash(tuple(sorted(self.get_config().items())))
@@ -240,14 +240,14 @@ class InterpolatingCode(Code):
     def min_results(self) -> int:
         return 1
 
-    def is_exact(self, returned: Sequence[int]) -> bool:
+    def is_exact(self, returned: Sequence[int] | np.ndarray) -> bool:
         """Systematic only: every block's own (systematic) worker is in ``returned``."""
         if self.systematic_workers is None or not self.interpolates or len(returned) == 0:
             return False
         have = set(as_returned(returned, self.N).tolist())
         return all(int(i) in have for i in self.systematic_workers)
 
-    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
+    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
         idx = as_returned(returned, self.N)
         order = np.argsort(idx, kind="stable")  # ascending worker index: monotone points
         sorted_matrix = self.interpolant(self._alpha, self._z[idx[order]])
@@ -275,7 +275,7 @@ def _contract(matrix: np.ndarray, blocks: np.ndarray) -> np.ndarray:
 
 
 def decode_residual(
-    code: Code, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]
+    code: Code, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int] | np.ndarray
 ) -> float | None:
     """``||C @ results|| / ||results||`` for the code's :meth:`~Code.check_matrix` C: about
     1e-16 times the decode's amplification when the exact decode's assumption holds, of

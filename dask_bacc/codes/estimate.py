@@ -184,7 +184,9 @@ def sketch(
     return sample_sketch(array, size, seed)
 
 
-def _sorted(code: Code, returned: Sequence[int], results: np.ndarray):
+def _sorted(
+    code: Code, returned: Sequence[int] | np.ndarray, results: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     idx = as_returned(returned, code.N)
     order = np.argsort(idx, kind="stable")  # ascending worker index: monotone points
     Y = np.asarray(results, dtype=np.float64).reshape(idx.size, -1)[order]
@@ -296,7 +298,7 @@ def _loo_calibration(
 def estimate_error(
     code: Code,
     results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int],
+    returned: Sequence[int] | np.ndarray,
     *,
     transform: Transform | None = None,
     loo_points: int = 64,

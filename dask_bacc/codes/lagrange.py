@@ -81,7 +81,7 @@ class LagrangeCode(Code):
     def encoding_matrix(self) -> np.ndarray:
         return lagrange_matrix(self._z, self._alpha)
 
-    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
+    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
         idx = as_returned(returned, self.N)
         need = self.min_results
         if idx.size < need:
@@ -96,7 +96,7 @@ class LagrangeCode(Code):
         coefficients = np.linalg.lstsq(fit, np.eye(idx.size), rcond=None)[0]
         return chebyshev.chebvander(self._alpha, need - 1) @ coefficients
 
-    def check_matrix(self, returned: Sequence[int]) -> np.ndarray | None:
+    def check_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray | None:
         """``I - V V^+`` over the returned points (V: the Chebyshev basis up to the
         threshold's degree): zero on results of a polynomial f of this degree. None at the
         threshold itself, where any values fit."""

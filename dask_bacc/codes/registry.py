@@ -90,8 +90,10 @@ def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
         Code-specific options, e.g. ``systematic=True`` or ``degree=3``.
     """
     cls, options = _resolve(name, dict(options))
-    if N is None and cls is not Uncoded:
-        raise ValueError(f"code {name!r} needs N, the number of coded tasks")
+    if N is None:
+        if cls is not Uncoded:
+            raise ValueError(f"code {name!r} needs N, the number of coded tasks")
+        return Uncoded(K, None, **options)
     return cls(K, N, **options)
 
 

@@ -36,12 +36,12 @@ class RepetitionCode(Code):
     def min_results(self) -> int:
         return self.K
 
-    def can_decode(self, returned: Sequence[int]) -> bool:
+    def can_decode(self, returned: Sequence[int] | np.ndarray) -> bool:
         if len(returned) == 0:
             return False
         return len({int(i) % self.K for i in as_returned(returned, self.N)}) == self.K
 
-    def _sources(self, returned: Sequence[int]) -> np.ndarray:
+    def _sources(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
         """Column of ``returned`` that supplies each block: its lowest-index returned copy."""
         idx = as_returned(returned, self.N)
         source = np.full(self.K, -1, dtype=np.intp)
@@ -60,7 +60,7 @@ class RepetitionCode(Code):
         out[np.arange(self.N), np.arange(self.N) % self.K] = 1.0
         return out
 
-    def decoding_matrix(self, returned: Sequence[int]) -> np.ndarray:
+    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
         source = self._sources(returned)
         out = np.zeros((self.K, len(returned)))
         out[np.arange(self.K), source] = 1.0
@@ -71,7 +71,7 @@ class RepetitionCode(Code):
         return np.take(blocks, np.arange(self.N) % self.K, axis=0)
 
     def decode(
-        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int]
+        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int] | np.ndarray
     ) -> np.ndarray:
         source = self._sources(returned)
         results = self._stack(results, len(returned), "results")

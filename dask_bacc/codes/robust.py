@@ -30,8 +30,9 @@ the decoded blocks by no more than a few times the decoding error that is there 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 import numpy as np
 from numpy.polynomial import chebyshev
@@ -83,12 +84,13 @@ class Screening:
     candidates: list[int] = field(default_factory=list)
 
 
-def _check_interpolating(code: Code, what: str) -> None:
+def _check_interpolating(code: Code, what: str) -> InterpolatingCode:
     if not isinstance(code, InterpolatingCode):
         raise TypeError(
             f"{what} is implemented for the interpolating codes (Berrut, spline), "
             f"not {type(code).__name__}"
         )
+    return code
 
 
 def approxifer_votes(
@@ -119,6 +121,31 @@ def approxifer_votes(
     return votes / cols.size
 
 
+@overload
+def loo_consistency(
+    z: np.ndarray,
+    Y: np.ndarray,
+    exclude: Sequence[int] = ...,
+    residuals: Literal[False] = ...,
+    code: InterpolatingCode | None = ...,
+) -> np.ndarray: ...
+@overload
+def loo_consistency(
+    z: np.ndarray,
+    Y: np.ndarray,
+    exclude: Sequence[int] = ...,
+    *,
+    residuals: Literal[True],
+    code: InterpolatingCode | None = ...,
+) -> tuple[np.ndarray, np.ndarray]: ...
+@overload
+def loo_consistency(
+    z: np.ndarray,
+    Y: np.ndarray,
+    exclude: Sequence[int] = ...,
+    residuals: bool = ...,
+    code: InterpolatingCode | None = ...,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]: ...
 def loo_consistency(
     z: np.ndarray,
     Y: np.ndarray,
@@ -202,7 +229,7 @@ def _greedy(
 def _confirm(
     z: np.ndarray,
     Y: np.ndarray,
-    candidates: Sequence[int],
+    candidates: Iterable[int],
     limit: int,
     tau: float,
     code: InterpolatingCode | None,
@@ -240,7 +267,7 @@ def _confirm(
 def locate_corrupted(
     code: Code,
     results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int],
+    returned: Sequence[int] | np.ndarray,
     adversaries: int,
     *,
     tau: float = DEFAULT_TAU,
@@ -273,7 +300,7 @@ def locate_corrupted(
         ``flagged`` holds the worker indices to exclude (at most A; empty when nothing is
         inconsistent).
     """
-    _check_interpolating(code, "robust decoding")
+    code = _check_interpolating(code, "robust decoding")
     idx, Y = _sorted(code, returned, np.asarray(results))
     Y = _unit_scale(Y)
     A = int(adversaries)
@@ -308,7 +335,7 @@ def locate_corrupted(
 def detect_inconsistent(
     code: Code,
     results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int],
+    returned: Sequence[int] | np.ndarray,
     *,
     tau: float = DEFAULT_TAU,
     max_flags: int = 2,
@@ -352,7 +379,7 @@ def _loo_code(code: InterpolatingCode) -> InterpolatingCode | None:
 def robust_decode(
     code: Code,
     results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int],
+    returned: Sequence[int] | np.ndarray,
     adversaries: int,
     *,
     tau: float = DEFAULT_TAU,
