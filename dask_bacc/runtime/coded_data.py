@@ -80,6 +80,7 @@ class CodedData:
         """The N share tasks, in one graph, each placed on its worker (loosely: a share
         lost with its worker is recomputed elsewhere from its spec or the input chunks)."""
         code = self.code
+        recipes: list[tuple[Callable[..., Any], tuple[Any, ...]]]
         if self.blocks.local:
             coded = code.encode(self.blocks.stacked())
             if coded.dtype.kind == "f" and not np.isfinite(coded).all():

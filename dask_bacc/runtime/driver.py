@@ -113,7 +113,10 @@ def coded(
     _check_common(call.func, code, n_coded, timeout, code_options)
     # what map_coded would reject about the data (non-numeric columns, uneven chunks...)
     # is rejected now, not at compute time inside the driver task; nothing is computed
-    adapt(call.data, **({"dim": call.dim} if call.kind == "xarray.map_blocks" else {}))
+    if call.kind == "xarray.map_blocks":
+        adapt(call.data, dim=call.dim)
+    else:
+        adapt(call.data)
     # decoded through a transform's inverse: float, as for the approximate codes
     exact_dtypes = _keeps_dtype(code) and transform is None
     options = {
@@ -210,7 +213,8 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str
     same = dask.config.get("bacc", default={}) == settings
     with dask.config.set({} if same else {"bacc": settings}):
         combine = "concat" if call.kind in ("dask.array", "xarray.apply_ufunc") else "auto"
-        labels = {"dim": call.dim} if call.kind == "xarray.map_blocks" else {}
+        # not dim=None otherwise: the mapped function may take a dim keyword of its own
+        labels: dict[str, Any] = {"dim": call.dim} if call.kind == "xarray.map_blocks" else {}
         job = submit_coded(
             call.func,
             call.data,

@@ -56,7 +56,8 @@ def submit_graph(client: Any, tasks: Sequence[TaskSpec]) -> dict[Any, Any]:
         )
         if pinned:
             workers[t.key] = list(t.workers or ())
-    layers, deps = {}, {}
+    layers: dict[str, MaterializedLayer] = {}
+    deps: dict[str, set[str]] = {}
     for n, ((pinned, loose), dsk) in enumerate(groups.items()):
         annotations: dict[str, Any] | None = None
         if pinned:

@@ -156,13 +156,13 @@ class JobQuality:
 
     def _stack(self, indices: list[int]) -> tuple[list[int], np.ndarray | None]:
         """The indices with a usable sketch and their sketches (equal lengths only)."""
-        have = [i for i in indices if self._sketches.get(i) is not None]
-        if not have:
+        pairs = [(i, s) for i in indices if (s := self._sketches.get(i)) is not None]
+        if not pairs:
             return [], None
-        lengths = [self._sketches[i].shape for i in have]
+        lengths = [s.shape for _, s in pairs]
         common = max(set(lengths), key=lengths.count)
-        have = [i for i in have if self._sketches[i].shape == common]
-        return have, np.stack([self._sketches[i] for i in have])
+        pairs = [(i, s) for i, s in pairs if s.shape == common]
+        return [i for i, _ in pairs], np.stack([s for _, s in pairs])
 
     # -- adaptive waiting ----------------------------------------------------------------
     async def refresh(self, usable: list[int]) -> None:
@@ -175,7 +175,7 @@ class JobQuality:
         await self._fetch(list(usable), wait=False)
         have, Y = self._stack(list(usable))
         key = tuple(sorted(have))
-        if len(have) < floor or key == self._estimated:
+        if Y is None or len(have) < floor or key == self._estimated:  # floor >= 1
             return
         self._estimated = key
         self.last = estimate_error(self.code, Y, have, transform=self.transform)
@@ -229,6 +229,7 @@ class JobQuality:
                     used, "the sketches of some results were lost with their workers"
                 )
                 return
+            assert Y is not None  # have is used, and a decode uses at least one result
             estimate = estimate_error(self.code, Y, have, transform=self.transform)
             # also after adversaries= excluded what it located, and for a systematic set
             # that decodes exactly (a corrupted systematic result would be passed on as is)

@@ -232,14 +232,13 @@ async def _submit(
 
 def _place(workers: dict[str, Any], n: int, avoid: tuple[str, ...]) -> list[str]:
     """One worker per coded task, off the ``avoid`` workers when the others suffice."""
-    options = {
-        "spread_hosts": bool(config.get("spread-hosts", True)),
-        "oversubscribe": str(config.get("oversubscribe", "raise")),
-    }
+    spread_hosts = bool(config.get("spread-hosts", True))
+    oversubscribe = str(config.get("oversubscribe", "raise"))
     others = {a: w for a, w in workers.items() if a not in avoid}
     if avoid and len(others) >= n:
-        return choose_workers(others, n, **options)
-    return choose_workers(workers, n, **options)  # N = every worker: none can be spared
+        return choose_workers(others, n, spread_hosts=spread_hosts, oversubscribe=oversubscribe)
+    # N = every worker: none can be spared
+    return choose_workers(workers, n, spread_hosts=spread_hosts, oversubscribe=oversubscribe)
 
 
 def submit_coded(
