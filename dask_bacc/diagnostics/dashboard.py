@@ -10,21 +10,20 @@ what became of it, and a dashed line at the moment the decode finished.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, cast
 
 from bokeh.layouts import column
 from bokeh.models import (
     BasicTicker,
     ColumnDataSource,
-    DataTable,
-    Div,
+    DataRange1d,
     HoverTool,
-    Label,
-    NumberFormatter,
     NumeralTickFormatter,
-    Span,
-    TableColumn,
 )
+
+# the same classes as bokeh.models', whose star re-exports of these mypy cannot follow
+from bokeh.models.annotations import Label, Span, Title
+from bokeh.models.widgets import DataTable, Div, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
 from .plugin import PLUGIN_NAME
@@ -57,6 +56,18 @@ _TABLE_FIELDS = (
     "decode_seconds",
     "error_estimate",
     "status",
+)
+_TASK_FIELDS = (
+    "y",
+    "left",
+    "right",
+    "end",
+    "color",
+    "outcome",
+    "worker",
+    "reason",
+    "index",
+    "kind",
 )
 
 
@@ -110,24 +121,9 @@ class BaccPage:
         )
         self.jobs.selected.on_change("indices", self._on_select)
 
-        self.tasks = ColumnDataSource(
-            {
-                k: []
-                for k in (
-                    "y",
-                    "left",
-                    "right",
-                    "end",
-                    "color",
-                    "outcome",
-                    "worker",
-                    "reason",
-                    "index",
-                    "kind",
-                )
-            }
-        )
-        fig = figure(
+        self.tasks = ColumnDataSource({k: [] for k in _TASK_FIELDS})
+        # bokeh's stub gives figure() the keywords of Plot only, not its figure options
+        fig = figure(  # type: ignore[call-arg]
             height=360,
             sizing_mode="stretch_width",
             x_axis_label="seconds since the job started",
@@ -157,7 +153,7 @@ class BaccPage:
             )
         )
         fig.add_layout(fig.legend[0], "right")  # beside the plot: never over the bars
-        fig.y_range.flipped = True
+        cast(DataRange1d, fig.y_range).flipped = True  # figure()'s default range
         # coded tasks are numbered: whole numbers only, never 2.5
         fig.yaxis.ticker = BasicTicker(min_interval=1, num_minor_ticks=0)
         fig.yaxis.formatter = NumeralTickFormatter(format="0")
@@ -223,7 +219,8 @@ class BaccPage:
             data["decode_seconds"].append(r["decode_seconds"])
             data["error_estimate"].append(_fmt_estimate(r["error_estimate"]))
             data["status"].append(r["status"])
-        self.jobs.data = data
+        # bokeh's stub wants dict[str, Sequence | array | ...] (invariant): lists are fine
+        self.jobs.data = data  # type: ignore[assignment]
         self.table.height = 30 + 26 * max(1, min(len(rows), 8))  # scrolls past 8 jobs
         row = self.tokens.index(self.selected) if self.selected is not None else None
         if row is not None and self.jobs.selected.indices != [row]:
@@ -242,9 +239,9 @@ class BaccPage:
 
     def _draw_timeline(self, plugin: Any) -> None:
         detail = plugin.stats(self.selected) if self.selected is not None else None
-        cols: dict[str, list] = {k: [] for k in self.tasks.data}
+        cols: dict[str, list] = {k: [] for k in _TASK_FIELDS}
         if detail is None:
-            self.tasks.data = cols
+            self.tasks.data = cols  # type: ignore[assignment]  # (as self.jobs.data)
             self.decode_line.visible = False
             self.decode_label.text = ""
             return
@@ -262,7 +259,7 @@ class BaccPage:
             cols["reason"].append(t["reason"] or "")
             cols["index"].append(t["index"])
             cols["kind"].append(t["kind"])
-        self.tasks.data = cols
+        self.tasks.data = cols  # type: ignore[assignment]  # (as self.jobs.data)
         self.timeline.height = max(260, min(900, 90 + 24 * len(cols["y"])))
         decoded = detail["decoded_after"]
         self.decode_line.visible = decoded is not None
@@ -272,7 +269,7 @@ class BaccPage:
             self.decode_label.text = f" decoded at {decoded:.3f}s"
         else:
             self.decode_label.text = ""
-        self.timeline.title.text = (
+        cast(Title, self.timeline.title).text = (  # a str title is converted to a Title
             f"{detail['func'] or '?'} ({detail['code'] or '?'}, K={detail['K']}, "
             f"N={detail['N']}) token {detail['token']}: {detail['landed']} landed of "
             f"{detail['needed'] if detail['needed'] is not None else '?'} needed, "

@@ -135,8 +135,8 @@ class JobStats:
     # -- derived figures ----------------------------------------------------------------
     def decode_round(self) -> DecodeRound | None:
         """The latest completed decode round."""
-        done = [r for r in self.rounds.values() if r.completed is not None]
-        return max(done, key=lambda r: r.completed) if done else None
+        done = {r: r.completed for r in self.rounds.values() if r.completed is not None}
+        return max(done, key=done.__getitem__) if done else None
 
     def live(self) -> bool:
         """Whether a coded task the job still waits for is out (dropped stragglers aside)."""
@@ -161,13 +161,13 @@ class JobStats:
             skip.update(int(i) for i in (rep.get("returned") or ()))
             return {int(i) for i in rep["straggled"]} - skip
         rnd = self.decode_round()
-        if rnd is None:
+        if rnd is None or rnd.completed is None:  # (decode_round's rounds are completed)
             return set()
         out = set()
         for i in rnd.pending_at_start:
             t = self.tasks[i]
-            returned = t.outcome in ("landed", "failed") and t.ended is not None
-            if not (returned and t.ended <= rnd.completed):
+            returned_at = t.ended if t.outcome in ("landed", "failed") else None
+            if returned_at is None or returned_at > rnd.completed:
                 out.add(i)
         return out
 
@@ -231,7 +231,7 @@ class JobStats:
         if self.report is not None and self.report.get("time_to_decode") is not None:
             return float(self.report["time_to_decode"])
         rnd = self.decode_round()
-        return None if rnd is None else rnd.completed - self.started
+        return None if rnd is None or rnd.completed is None else rnd.completed - self.started
 
     def failures(self) -> dict[int, str]:
         out = {t.index: t.reason or "failed" for t in self.tasks.values() if t.outcome == "failed"}
@@ -260,7 +260,9 @@ class JobStats:
             "outcome": self.outcome,
             "trigger": rep.get("trigger"),
             "started": self.started,
-            "decoded_after": None if rnd is None else rnd.completed - self.started,
+            "decoded_after": (
+                None if rnd is None or rnd.completed is None else rnd.completed - self.started
+            ),
             "decode_seconds": self.decode_seconds(),
             "error_estimate": rep.get("error_estimate"),
             "error": rep.get("error"),
@@ -345,7 +347,7 @@ class BaccDiagnostics(SchedulerPlugin):
         return {"history": self.history, "registered_by": self.registered_by}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)
+        type(self).__init__(self, **state)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self, scheduler: Any) -> None:
@@ -359,7 +361,7 @@ class BaccDiagnostics(SchedulerPlugin):
         scheduler.handlers[HANDLER] = self.handle_job
         # the same on the clients' batched streams: ordered with their update-graph messages
         scheduler.stream_handlers[HANDLER] = self._stream_job
-        _plugins[:] = [r for r in _plugins if r() is not None and not r().closed]
+        _plugins[:] = [r for r in _plugins if (p := r()) is not None and not p.closed]
         _plugins.append(weakref.ref(self))
         install_metrics()
         install_routes(scheduler)
