@@ -359,3 +359,25 @@ async def test_an_approximate_answer_without_an_estimate_warns(c, s, *workers):
     assert rep.error_estimate is None and rep.estimate_method == "unknown"
     assert sorted(rep.returned) == [0, 3] and rep.trigger == "exhausted"
     assert rep.warnings == [f"ApproximationWarning: {w[0].message}"]
+
+
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_a_task_cancelled_by_the_scheduler_is_not_a_user_cancel(c, s, *workers, monkeypatch):
+    """The full soak's one unexpected error: a job no one cancelled raised
+    "coded job ... was cancelled", because a future of the job was cancelled by the
+    scheduler (distributed's FutureCancelledError is an asyncio.CancelledError) and the
+    job took it for a cancel of its own loop. It is an error naming the reason now."""
+    from distributed.client import FutureCancelledError
+
+    from dask_bacc.runtime.job import CodedJob
+
+    async def cancelled_by_the_scheduler(self):
+        raise FutureCancelledError(("bacc-eval-x", 0), "lost dependencies")
+
+    monkeypatch.setattr(CodedJob, "_loop", cancelled_by_the_scheduler)
+    job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=4, code="berrut", client=c)
+    with pytest.raises(RuntimeError, match=r"cancelled by the scheduler.*lost dependencies") as e:
+        await job
+    assert isinstance(e.value.__cause__, FutureCancelledError)
+    assert job.report.status == "error" and "lost dependencies" in job.report.error
+    await no_bacc_tasks(s)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from dask._task_spec import TaskRef
 from distributed import as_completed
+from distributed.client import FutureCancelledError
 
 from .. import config, diagnostics
 from ..codes import Code
@@ -378,18 +379,32 @@ class CodedJob:
         try:
             self._output = await self._loop()
             self.report.status = "finished"
+        except FutureCancelledError as exc:
+            # a task of the job cancelled by the scheduler (e.g. its dependencies lost), not
+            # by the user: an error that says so, never "cancelled by the user"
+            if self._cancel_requested:
+                self._set_cancelled()
+            else:  # an Exception, as callers' "except Exception" expect
+                error = RuntimeError(
+                    f"a task of coded job {self.token} was cancelled by the scheduler: {exc}"
+                )
+                error.__cause__ = exc
+                self._fail(error)
         except asyncio.CancelledError:
             self._set_cancelled()
         except Exception as exc:
-            # the traceback's frames (the loop's included) hold the job's futures: keep the
-            # lines, drop the locals, or the job <-> exception cycle keeps its tasks on the
-            # scheduler until the cyclic garbage collector runs
-            traceback.clear_frames(exc.__traceback__)
-            self._exception = exc
-            self.report.status = "error"
-            self.report.error = _describe(exc)
+            self._fail(exc)
         finally:
             await self._finish()
+
+    def _fail(self, exc: BaseException) -> None:
+        # the traceback's frames (the loop's included) hold the job's futures: keep the
+        # lines, drop the locals, or the job <-> exception cycle keeps its tasks on the
+        # scheduler until the cyclic garbage collector runs
+        traceback.clear_frames(exc.__traceback__)
+        self._exception = exc
+        self.report.status = "error"
+        self.report.error = _describe(exc)
 
     def _set_cancelled(self) -> None:
         self._exception = concurrent.futures.CancelledError(f"coded job {self.token} was cancelled")
@@ -551,7 +566,8 @@ class CodedJob:
             wait = poll if end is None else max(min(poll, end - loop.time()), 0)
             done, _ = await asyncio.wait({gather}, timeout=wait)
             if done:
-                with contextlib.suppress(Exception):  # e.g. lost mid-transfer: written off
+                # lost mid-transfer, or cancelled by the scheduler: written off
+                with contextlib.suppress(Exception, FutureCancelledError):
                     return dict(gather.result())
                 return {}
             live = set(await self.client.scheduler.ncores_running())
@@ -569,7 +585,7 @@ class CodedJob:
                     for i, f in want.items()
                     if f.status == "finished" and self.workers[i] in live
                 }
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception, FutureCancelledError):
                     return dict(await self.client.gather(here, errors="skip", asynchronous=True))
                 return {}
 
