@@ -3,8 +3,8 @@
 Run with ``python benchmarks/convergence.py``. For K = 8 blocks of i.i.d. normal rows and
 f = tanh (elementwise, smooth), it decodes from all but S randomly chosen coded results
 and reports the median relative error ``||est - f(X)|| / ||f(X)||`` over random straggler
-sets, for N = 16 ... 256. DESIGN.md expects first-order convergence: error ~ 1/N, so the
-column "error x N" should level off.
+sets, for N = 16 ... 256. docs/design.md ("The formulas") expects first-order convergence:
+error ~ 1/N, so the column "error x N" should level off.
 """
 
 from __future__ import annotations

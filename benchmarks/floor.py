@@ -1,4 +1,4 @@
-"""What a coded job costs against the floor: a bare futures loop (DESIGN.md section 4).
+"""What a coded job costs against the floor: a bare futures loop (docs/design.md, "Design rules").
 
 Run it with::
 

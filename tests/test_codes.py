@@ -1,4 +1,4 @@
-"""Tests for ``dask_bacc.codes`` (DESIGN.md sections 2 and 3).
+"""Tests for ``dask_bacc.codes`` (docs/design.md, "The formulas" and "Adding a code").
 
 The file is organised like numcodecs' test-suite: one shared harness (``code`` / ``exact_code``
 fixtures) that every code runs through, then code-specific tests (Berrut maths, Lagrange
@@ -42,7 +42,8 @@ from dask_bacc.exceptions import InsufficientResults as InsufficientResultsFromE
 
 PROPERTY_SETTINGS = settings(deadline=None, max_examples=50, database=None)
 
-# Two points closer than this are "the same point" (the coincidence rule of DESIGN.md §2).
+# Two points closer than this are "the same point": the coincidence rule of docs/design.md,
+# "The formulas".
 TOL = 1e-12
 
 # --------------------------------------------------------------------------------------------
@@ -353,7 +354,7 @@ def test_systematic_points(K, N):
 
 
 # --------------------------------------------------------------------------------------------
-# Berrut: reference implementation of the DESIGN formulas (deliberately plain loops)
+# Berrut: reference implementation of docs/design.md, "The formulas" (deliberately plain loops)
 # --------------------------------------------------------------------------------------------
 
 
@@ -374,7 +375,7 @@ def reference_encoding(code: BerrutCode) -> np.ndarray:
 
 
 def reference_decoding(code: BerrutCode, returned, parity: str = "rank") -> np.ndarray:
-    """D[j, l] from DESIGN.md §2; signs by rank among the sorted returned workers.
+    """D[j, l] from docs/design.md, "The formulas"; signs by rank among the sorted returned workers.
 
     ``parity="index"`` uses the original worker index instead: the wrong variant, kept to
     show why the design forbids it.

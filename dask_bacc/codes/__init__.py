@@ -1,4 +1,4 @@
-"""Coding schemes for coded computing: pure NumPy, no dask (see DESIGN.md §2).
+"""Coding schemes for coded computing: pure NumPy, no dask (see docs/design.md, "Layers").
 
 Every code maps K data blocks to N coded blocks with an (N, K) encoding matrix and decodes
 K output blocks from any decodable subset F of coded results with a ``(K, |F|)`` decoding

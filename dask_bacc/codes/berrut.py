@@ -1,4 +1,4 @@
-"""Berrut approximated coded computing (BACC, arXiv 2009.08327), DESIGN.md §2."""
+"""Berrut approximated coded computing (BACC, arXiv 2009.08327); docs/design.md, "The formulas"."""
 
 from __future__ import annotations
 

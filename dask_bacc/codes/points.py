@@ -1,4 +1,4 @@
-"""Interpolation point families (DESIGN.md §2)."""
+"""Interpolation point families (docs/design.md, "The formulas"; docs/codes.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A coded job on Dask distributed: the async shell around :class:`~.decide.Decider`.
 
-Cost model (DESIGN.md section 4): a bare futures loop sends one graph, waits on
+Cost model (docs/design.md, "Design rules"): a bare futures loop sends one graph, waits on
 ``as_completed``, gathers k results and decodes with one matrix product. A coded job adds
 as little as it can to that:
 
