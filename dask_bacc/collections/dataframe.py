@@ -342,9 +342,15 @@ class FrameOutput:
         """Rows of the template object (None for a scalar)."""
         return None if self.index is None else len(self.index)
 
+    @property
+    def _frame_columns(self) -> pd.Index:
+        """The columns of a ``"frame"`` output (which always has them)."""
+        assert self.columns is not None
+        return self.columns
+
     def describe(self) -> str:
         if self.kind == "frame":
-            return f"a DataFrame with columns {list(self.columns)}"
+            return f"a DataFrame with columns {list(self._frame_columns)}"
         return "a Series" if self.kind == "series" else "a scalar"
 
     def to_array(self, out: Any) -> np.ndarray:
@@ -359,7 +365,7 @@ class FrameOutput:
             if not out.columns.equals(self.columns):
                 raise ValueError(
                     f"f returned columns {list(out.columns)}; its output should have "
-                    f"{list(self.columns)} (as meta or f's output on a mock block)"
+                    f"{list(self._frame_columns)} (as meta or f's output on a mock block)"
                 )
             arr = _pandas_values(out)
         elif isinstance(out, pd.Series):
@@ -369,7 +375,7 @@ class FrameOutput:
             if not arr.flags.c_contiguous:  # e.g. f returned a transposed or sliced array
                 arr = np.ascontiguousarray(arr)
         ndim = {"frame": 2, "series": 1, "scalar": 0}[self.kind]
-        if arr.ndim != ndim or (self.kind == "frame" and arr.shape[1] != len(self.columns)):
+        if arr.ndim != ndim or (self.kind == "frame" and arr.shape[1] != len(self._frame_columns)):
             raise ValueError(
                 f"f returned an array of shape {arr.shape}; its output should be {self.describe()}"
             )
@@ -397,7 +403,7 @@ class FrameOutput:
         else:
             dtypes = [_output_dtype(d, decoded) for d in self.dtypes]
         if self.kind == "frame":
-            values = np.asarray(values).reshape(-1, len(self.columns))
+            values = np.asarray(values).reshape(-1, len(self._frame_columns))
             if len(set(dtypes)) == 1 and isinstance(dtypes[0], np.dtype):
                 return pd.DataFrame(_as_dtype(values, dtypes[0]), index=index, columns=self.columns)
             cols = {i: _as_dtype(values[:, i], d) for i, d in enumerate(dtypes)}
@@ -424,7 +430,7 @@ def _pandas_values(obj: Frame) -> np.ndarray:
             # missing values of nullable columns become NaN, which the job rejects as invalid
             return np.ascontiguousarray(obj.to_numpy(dtype=np.float64, na_value=np.nan))
         return np.ascontiguousarray(obj.to_numpy(dtype=dtype))
-    if obj.ndim == 1 or obj.shape[1] == 1:
+    if isinstance(obj, pd.Series) or obj.shape[1] == 1:
         return np.ascontiguousarray(obj.to_numpy(dtype=dtype))
     # column by column straight into the row-major array: one pass (to_numpy would make a
     # column-major array, and a second copy would reorder it)
@@ -519,8 +525,11 @@ class _FrameBlocks(Blocks):
                 "like its output for one block, as in map_partitions)"
             ) from exc
         self.output = FrameOutput.of(out, f"the output of {fname}")
-        same_layout = plain is not None and plain.kind == self.output.kind
-        if same_layout and len(plain.dtypes) == len(self.output.dtypes):
+        if (
+            plain is not None
+            and plain.kind == self.output.kind
+            and len(plain.dtypes) == len(self.output.dtypes)
+        ):
             self.exact_dtypes = plain.dtypes
         # pandas: the mock is a whole block, so a reduction is known now
         self._check_reduction(self.output.rows)
@@ -536,6 +545,12 @@ class _FrameBlocks(Blocks):
         except Exception:
             return None
 
+    def _template(self) -> FrameOutput:
+        """The output template (:meth:`wrap` sets it)."""
+        if self.output is None:
+            raise RuntimeError("assemble() before wrap(): the output template is unknown")
+        return self.output
+
     @property
     def _rebuild_dtypes(self) -> tuple[Any, ...] | None:
         return self.exact_dtypes if self.exact_decode else None
@@ -548,8 +563,7 @@ class _FrameBlocks(Blocks):
         """
         if combine not in COMBINE_CHOICES:
             raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
-        if self.output is None:
-            raise RuntimeError("assemble() before wrap(): the output template is unknown")
+        self._template()  # raises before wrap()
         keeps = len(out_shape) >= 1 and out_shape[0] == self.block_rows
         if combine == "concat" and not keeps:
             raise ValueError(
@@ -587,7 +601,7 @@ class _FrameBlocks(Blocks):
         if rowwise:
             return None  # the block's own index
         self._check_reduction(out_shape[0] if out_shape else None)
-        return self.output.labels(out_shape[0] if out_shape else 1)
+        return self._template().labels(out_shape[0] if out_shape else 1)
 
 
 class PandasBlocks(_FrameBlocks):
@@ -601,6 +615,7 @@ class PandasBlocks(_FrameBlocks):
     kind = "pandas"
     local = True
     gather_output = True
+    lengths: list[int]  # known from the start
 
     def __init__(
         self,
@@ -625,7 +640,7 @@ class PandasBlocks(_FrameBlocks):
         self.index = frame.index
 
     def split(self) -> list[np.ndarray]:
-        rows = self.block_rows
+        rows = self.block_shape[0]
         return [_pad(self.values[start:stop], rows) for start, stop in self.bounds]
 
     def stacked(self) -> np.ndarray:
@@ -638,7 +653,7 @@ class PandasBlocks(_FrameBlocks):
 
     def _mock(self) -> np.ndarray:
         start, stop = self.bounds[0]
-        return _pad(self.values[start:stop], self.block_rows)
+        return _pad(self.values[start:stop], self.block_shape[0])
 
     def assemble(
         self,
@@ -655,7 +670,7 @@ class PandasBlocks(_FrameBlocks):
                 values, index = np.asarray(values)[: stop - start], self.index[start:stop]
             else:
                 index = labels
-            pieces.append(self.output.build(values, index, out_dtype, self._rebuild_dtypes))
+            pieces.append(self._template().build(values, index, out_dtype, self._rebuild_dtypes))
         return pd.concat(pieces)
 
 
@@ -730,11 +745,16 @@ class DaskFrameBlocks(_FrameBlocks):
     ) -> Any:
         rowwise = self._rowwise(combine, out_shape)
         labels = self._piece_labels(rowwise, out_shape)
+        lengths = self.lengths if rowwise else None  # (set by to_futures, as the indexes)
+        output = self._template()
         empty = np.empty((0, *out_shape[1:]), dtype=out_dtype)
-        meta = self.output.build(
-            empty, self.data._meta.index if rowwise else labels[:0], out_dtype, self._rebuild_dtypes
+        meta = output.build(
+            empty,
+            self.data._meta.index if labels is None else labels[:0],  # None: rowwise
+            out_dtype,
+            self._rebuild_dtypes,
         )
-        build = PieceBuilder(self.output, out_dtype, self._rebuild_dtypes)
+        build = PieceBuilder(output, out_dtype, self._rebuild_dtypes)
         token = uuid.uuid4().hex
         # submitted now, while the stragglers still count as busy: a cancelled straggler
         # keeps its thread, and a task sent (or stolen) to its worker would wait behind it
@@ -743,7 +763,7 @@ class DaskFrameBlocks(_FrameBlocks):
                 build,
                 values,
                 self.indexes[j] if rowwise else labels,
-                self.lengths[j] if rowwise else None,
+                lengths[j] if lengths is not None else None,
                 key=(f"bacc-frame-{token}", j),
             )
             for j, values in enumerate(decoded)
@@ -785,6 +805,7 @@ def partition_block(
     """
     values = numeric_values(part, dtype, what, rows)
     if values.shape[0] == 0:
+        assert donor is not None  # to_futures passes one for every empty partition
         values = numeric_values(donor.iloc[:1], dtype, "data", rows)
     return values
 

@@ -97,7 +97,8 @@ class ListBlocks(NumpyBlocks):
     def stacked(self) -> np.ndarray:
         return np.stack(self.arrays)
 
-    def assemble(
+    # a list in, a list out: by design not NumpyBlocks' array (whose local handling it shares)
+    def assemble(  # type: ignore[override]
         self,
         decoded: Sequence[np.ndarray],
         out_shape: tuple[int, ...],

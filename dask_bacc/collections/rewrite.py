@@ -120,7 +120,8 @@ def _map_blocks_call(x: Any) -> MapCall:
             "map over blocks (x.map_blocks / da.blockwise); reductions, rechunks, slicing "
             "and graphs fused by optimization cannot be rewritten"
         )
-    inputs = sorted({n for n, ind in layer.indices if ind is not None})
+    # (dask allows a TaskRef name only for a broadcast input, whose index is None)
+    inputs = sorted({n for n, ind in layer.indices if ind is not None and isinstance(n, str)})
     if len(inputs) != 1:
         raise RewriteError(
             f"the map {name!r} has {len(inputs)} chunked inputs ({', '.join(inputs) or 'none'}); "
@@ -183,7 +184,7 @@ def _skip_passthrough(graph: Any, name: str) -> str:
 def _is_alias(key: Any, task: Any, dep: str) -> bool:
     from dask._task_spec import Alias, Task, TaskRef
 
-    target = None
+    target: object = None
     if isinstance(task, tuple) and len(task) > 1 and task[0] == dep:  # legacy key alias
         target = task
     elif isinstance(task, Alias):
@@ -212,6 +213,8 @@ def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
             "(x.map_blocks(f, ...) calls f(block, ...))"
         )
     key = task.args[0].key
+    if not isinstance(key, tuple):  # a block's key is (name, *index)
+        raise RewriteError(f"the mapped function's first argument {key!r} is not a block")
 
     def value(node: Any) -> Any:
         if isinstance(node, DataNode):
@@ -308,7 +311,8 @@ def _xarray_map_blocks_parts(obj: Any) -> tuple[Callable, Any, tuple, dict, str]
     wrappers = {
         k: t
         for k, t in layer.items()
-        if k[0] == main
+        if isinstance(k, tuple)
+        and k[0] == main
         and isinstance(t, tuple)
         and getattr(t[0], "__qualname__", "") == "map_blocks.<locals>._wrapper"
     }
@@ -332,13 +336,13 @@ def _xarray_map_blocks_parts(obj: Any) -> tuple[Callable, Any, tuple, dict, str]
         ann = graph.layers[ref[0]].collection_annotations or {}
         if "chunks" not in ann or "dtype" not in ann:
             raise RewriteError(f"the input layer {ref[0]!r} does not record its chunks")
-        data = da.Array(
+        arr = da.Array(
             graph.cull_layers([ref[0]]),
             ref[0],
             chunks=ann["chunks"],
             meta=np.empty((0,) * len(ann["chunks"]), dtype=ann["dtype"]),
         )
-        built[name] = (dims, data, var_attrs)
+        built[name] = (dims, arr, var_attrs)
     chunked = sorted(
         {
             d
@@ -354,8 +358,8 @@ def _xarray_map_blocks_parts(obj: Any) -> tuple[Callable, Any, tuple, dict, str]
         )
     for name, dims, var_attrs in index_coords:
         pieces = [np.asarray(graph[dict(b[2][1])[name]][1][1]) for b in blocks]
-        data = np.concatenate(pieces) if chunked[0] in dims else pieces[0]
-        built[name] = (dims, data, var_attrs)
+        values = np.concatenate(pieces) if chunked[0] in dims else pieces[0]
+        built[name] = (dims, values, var_attrs)
     names = {n for n, _ in data_vars[1]}
     ds = xr.Dataset(
         {n: v for n, v in built.items() if n in names},

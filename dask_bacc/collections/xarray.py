@@ -117,6 +117,7 @@ def _rebuild(share: np.ndarray, layout: _InputLayout) -> XarrayObject:
     rows = layout.rows
     variables = {}
     for s in layout.coded:
+        assert s.axis is not None  # an input variable has dim
         other = s.shape[: s.axis] + s.shape[s.axis + 1 :]
         part = share[:, s.start : s.stop].reshape((rows, *other))
         values = np.moveaxis(part, 0, s.axis).astype(_view_dtype(s, share.dtype), copy=False)
@@ -195,12 +196,19 @@ def _is_chunked(v: xr.Variable) -> bool:
     return isinstance(v.data, da.Array)
 
 
+def _chunks(v: xr.Variable) -> tuple[tuple[int, ...], ...]:
+    """The chunks of a variable that :func:`_is_chunked` (so not None)."""
+    chunks = v.chunks
+    assert chunks is not None
+    return chunks
+
+
 def _default_dim(obj: XarrayObject, variables: dict[Hashable, xr.Variable]) -> Hashable:
     dims = tuple(obj.sizes)
     chunked = [v for v in variables.values() if _is_chunked(v)]
     if chunked:
         split = sorted(
-            {d for v in chunked for d, c in zip(v.dims, v.chunks, strict=True) if len(c) > 1},
+            {d for v in chunked for d, c in zip(v.dims, _chunks(v), strict=True) if len(c) > 1},
             key=dims.index,
         )
         if len(split) == 1:
@@ -285,7 +293,9 @@ class XarrayBlocks(Blocks):
                     "n_blocks/blocks apply to in-memory data; rechunk a dask-backed object "
                     f"instead, e.g. obj.chunk({{{dim!r}: size}})"
                 )
-            chunks = {tuple(v.chunks[v.dims.index(dim)]) for v in coded.values() if _is_chunked(v)}
+            chunks = {
+                tuple(_chunks(v)[v.dims.index(dim)]) for v in coded.values() if _is_chunked(v)
+            }
             if len(chunks) > 1:
                 raise ValueError(
                     f"the variables are chunked differently along {dim!r}: {sorted(chunks)}; "
@@ -349,8 +359,10 @@ class XarrayBlocks(Blocks):
         self.outputs: _OutputLayout | None = None
         self.template: XarrayObject | None = None
         self.passthrough: dict[Hashable, dict] = {}  # non-numeric constants f returns: attrs
+        #: chunked: one task per block builds its flat ``(rows, total)`` array (a list of
+        #: Delayed); in memory: the ``(n, total)`` array
+        self.flat: list[Any] | np.ndarray
         if chunked:
-            #: one task per block builds its flat ``(rows, total)`` array (a list of Delayed)
             self.flat = _dask_blocks(coded, dim, dim_chunks, dtype)
         else:
             self.flat = _in_memory_flat(coded, dim, dtype)
@@ -359,6 +371,7 @@ class XarrayBlocks(Blocks):
     def stacked(self) -> np.ndarray:
         if self.chunked:
             return super().stacked()
+        assert isinstance(self.flat, np.ndarray)  # in memory
         return self.flat.reshape((self.K, *self.block_shape))
 
     async def to_futures(self, client: Any) -> list[Any]:
@@ -384,11 +397,11 @@ class XarrayBlocks(Blocks):
         if self.meta is not None:
             template, inferred = self.meta, False
         else:
-            mock = (
-                self.flat[: self.block_shape[0]].copy()  # f may write into its input
-                if not self.chunked
-                else np.ones(self.block_shape, self.dtype)
-            )
+            if self.chunked:
+                mock = np.ones(self.block_shape, self.dtype)
+            else:
+                assert isinstance(self.flat, np.ndarray)  # in memory
+                mock = self.flat[: self.block_shape[0]].copy()  # f may write into its input
             template, inferred = func(_rebuild(mock, self.inputs), *args, **kwargs), True
         self.outputs = self._output_layout(template, inferred)
         self.template = template

@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from distributed import default_client
@@ -256,7 +256,7 @@ def submit_coded(
     code_options: dict[str, Any] | None = None,
     meta: Any = None,
     columns: Any = None,
-    dim: str | None = None,
+    dim: Hashable | None = None,
     progress: bool | None = None,
     adversaries: int | None = None,
     transform: Any = None,
@@ -313,7 +313,7 @@ def map_coded(
     code_options: dict[str, Any] | None = None,
     meta: Any = None,
     columns: Any = None,
-    dim: str | None = None,
+    dim: Hashable | None = None,
     progress: bool | None = None,
     adversaries: int | None = None,
     transform: Any = None,
