@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak and chaos suite in its bounded mode (tests/soak: a multi-process cluster, 700
+# The soak and chaos suite in its bounded mode (tests/soak: a multi-process cluster, 600
 # coded jobs, SIGKILLed workers, a scheduler restart; about 4 minutes on 2 cores).
 # DASK_BACC_SOAK=full runs the full mode (docs/reliability.md).
 set -euo pipefail

@@ -58,7 +58,7 @@ MODE = "full" if _ENV == "full" else "bounded"
 SETTINGS = {
     # >= 300 jobs and >= 10 kills in <= 5 minutes on 2 cores
     "bounded": dict(
-        jobs=700,
+        jobs=600,
         min_kills=10,
         kill_every=10.0,
         workers=6,
