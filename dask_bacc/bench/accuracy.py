@@ -225,7 +225,7 @@ def _decode_or_zeros(code: Any, results: np.ndarray, returned: np.ndarray, shape
     """Decoded blocks; blocks the code cannot decode from ``returned`` are zeros."""
     if isinstance(code, RepetitionCode):
         out = np.zeros(shape)
-        have = {}
+        have: dict[int, int] = {}  # block -> column of its lowest-index copy
         for col in np.argsort(returned):
             have.setdefault(int(returned[col]) % code.K, col)
         for j, col in have.items():
@@ -322,8 +322,8 @@ def run_accuracy(config: AccuracyConfig, progress: bool = False) -> dict[str, An
         cell["ratio_estimate"] = {}
         cell["trials_within_2x"] = {}
         for c in trials[0]["estimate"]:
-            ratios = [_ratio(t["estimate"][c], t["error"][c]) for t in trials]
-            ratios = [x for x in ratios if x is not None]
+            raw = [_ratio(t["estimate"][c], t["error"][c]) for t in trials]
+            ratios = [x for x in raw if x is not None]
             cell["ratio_estimate"][c] = float(np.exp(np.median(np.log(ratios)))) if ratios else None
             cell["trials_within_2x"][c] = (
                 float(np.mean([0.5 <= x <= 2.0 for x in ratios])) if ratios else None
@@ -583,7 +583,7 @@ def write_accuracy(result: dict[str, Any], out: Path) -> dict[str, Any]:
     """Write ``accuracy.json``, ``accuracy.md`` and the PNG figures into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "accuracy.json", "markdown": out / "accuracy.md"}
+    paths: dict[str, Any] = {"json": out / "accuracy.json", "markdown": out / "accuracy.md"}
     paths["json"].write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
     paths["markdown"].write_text(accuracy_markdown(result))
     paths["plots"] = write_plots(result, out)
@@ -792,8 +792,8 @@ def _cell_stats(trials: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
         }
     cell["ratio_estimate"], cell["trials_within_2x"] = {}, {}
     for k in trials[0]["estimate"]:
-        ratios = [_ratio_tol(t["estimate"][k], t["error"][k]) for t in trials]
-        ratios = [x for x in ratios if x is not None]
+        raw = [_ratio_tol(t["estimate"][k], t["error"][k]) for t in trials]
+        ratios = [x for x in raw if x is not None]
         cell["ratio_estimate"][k] = float(np.median(ratios)) if ratios else None
         cell["trials_within_2x"][k] = (
             float(np.mean([0.5 <= x <= 2.0 for x in ratios])) if ratios else None
@@ -1154,7 +1154,7 @@ def write_compare(result: dict[str, Any], out: Path) -> dict[str, Any]:
     """Write ``compare.json``, ``compare.md`` and the PNG figures into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "compare.json", "markdown": out / "compare.md"}
+    paths: dict[str, Any] = {"json": out / "compare.json", "markdown": out / "compare.md"}
     paths["json"].write_text(json.dumps(_finite(result), indent=1, allow_nan=False) + "\n")
     paths["markdown"].write_text(compare_markdown(result))
     paths["plots"] = write_compare_plots(result, out)

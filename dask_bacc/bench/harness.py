@@ -1254,6 +1254,7 @@ def run_bench(
         def skip(strategy: str, exc: BaseException) -> None:
             run.skip(strategy, exc)
             left = sum(strategy in v for v in per_cell.values()) * cfg.jobs * len(conditions)
+            assert bar.total is not None  # tqdm(total=total) above
             bar.total -= left - sum(r.strategy == strategy for r in records)
             bar.refresh()
             for v in per_cell.values():

@@ -288,7 +288,7 @@ def _error_figure(result: BenchResult, K: int, N: int) -> Any:
             continue
         offset = (k - (len(strategies) - 1) / 2) * width / max(len(strategies), 1)
         x = np.array([r.stragglers for r in recs], dtype=float)
-        y = np.maximum([r.rel_error for r in recs], ERROR_FLOOR)
+        y = np.maximum([r.rel_error for r in recs if r.rel_error is not None], ERROR_FLOOR)
         color = _COLORS.get(s)
         ax.scatter(x + offset, y, s=12, alpha=0.5, color=color, label=s)
         xs = sorted(set(x.tolist()))
