@@ -81,6 +81,10 @@ class Blocks:
     def block_rows(self) -> int | None:
         return self.block_shape[0] if self.block_shape else None
 
+    def forget(self) -> None:
+        """Drop what :meth:`to_futures` keeps on the cluster besides the block futures
+        (a failed or cancelled job's inputs must leave the scheduler at once)."""
+
     async def to_futures(self, client: Any) -> list[Any]:
         """Futures of the K blocks on the cluster (one per block, in order).
 

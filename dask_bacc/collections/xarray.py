@@ -354,6 +354,8 @@ class XarrayBlocks(Blocks):
             [k for k in ds.coords if k not in with_dim]
         )
         self._lazy_dim_coords = any(_is_chunked(v) for v in self.dim_coords.variables.values())
+        # the lazy constants and labels while to_futures holds them computed on the cluster
+        self._unresolved: tuple[Any, Any] | None = None
         # lazy labels are resolved on the cluster by to_futures: only plain NumPy stays local
         self.local = not chunked and not self._lazy and not self._lazy_dim_coords
         self.outputs: _OutputLayout | None = None
@@ -374,7 +376,14 @@ class XarrayBlocks(Blocks):
         assert isinstance(self.flat, np.ndarray)  # in memory
         return self.flat.reshape((self.K, *self.block_shape))
 
+    def forget(self) -> None:
+        if self._unresolved is not None:  # back to the lazy labels and constants
+            self.inputs.constants, self.dim_coords = self._unresolved
+            self._unresolved = None
+
     async def to_futures(self, client: Any) -> list[Any]:
+        if self._unresolved is None:
+            self._unresolved = (self.inputs.constants, self.dim_coords)
         if self._lazy:  # CodedBlockFunc shares self.inputs: it ships the computed ones
             self.inputs.constants = await client.compute(self.inputs.constants)
         if self._lazy_dim_coords:

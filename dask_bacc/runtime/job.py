@@ -772,6 +772,8 @@ class CodedJob:
         self._chunks.clear()
         self._values.clear()
         self._stage = []
+        if self.report.status != "finished":  # no output will need the resolved labels
+            self.blocks.forget()
         return stragglers, cancel
 
     async def _stop_work(self, stragglers: dict[int, Any], cancel: list[Any]) -> None:
