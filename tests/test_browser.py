@@ -1,9 +1,10 @@
 """The ``/bacc`` dashboard page in a real browser: headless Chromium driven by Playwright.
 
-Debian's ``chromium`` is used (Playwright's own browser download is not needed): the
-session fixture installs it with apt-get when ``/usr/bin/chromium`` is missing, and
-skips (saying why) only when it cannot. Set ``BACC_DASHBOARD_SCREENSHOT=path.png`` to
-also keep a copy of the screenshot (``docs/dashboard.png`` is made that way).
+Debian's ``chromium`` at ``/usr/bin/chromium`` is used (Playwright's own browser download
+is not needed). The test does not install it: ``ci/browser.sh`` does (as root, with
+apt-get; ``.ci/run`` calls it before the tests), and the test skips, saying so, when it is
+missing. Set ``BACC_DASHBOARD_SCREENSHOT=path.png`` to also keep a copy of the screenshot
+(``docs/dashboard.png`` is made that way).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -38,32 +38,12 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _install_chromium() -> str | None:
-    """apt-get install chromium; the reason it cannot be done, or None once it is there."""
-    if CHROMIUM.exists():
-        return None
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return f"{CHROMIUM} is missing and installing it needs root (apt-get install chromium)"
-    if shutil.which("apt-get") is None:
-        return f"{CHROMIUM} is missing and there is no apt-get to install Debian's chromium"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
-    ):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            return f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}"
-    return None if CHROMIUM.exists() else f"chromium installed but {CHROMIUM} is missing"
-
-
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """Path of Debian's Chromium, installed by this fixture when missing."""
+    """Path of Debian's Chromium, as installed by ``ci/browser.sh``; skips when missing."""
     pytest.importorskip("playwright.async_api", reason="playwright is in the test extra")
-    reason = _install_chromium()
-    if reason is not None:
-        pytest.skip(reason)
+    if not CHROMIUM.exists():
+        pytest.skip(f"chromium not found at {CHROMIUM}: run `bash ci/browser.sh` (needs root)")
     return str(CHROMIUM)
 
 
