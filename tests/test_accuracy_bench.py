@@ -32,6 +32,7 @@ def test_straggler_levels():
     assert straggler_levels(4, 5, full=False) == [0, 1]
 
 
+@pytest.mark.slow
 def test_run_accuracy_tiny_grid(tmp_path):
     config = AccuracyConfig(
         K=(2,), ratios=(2.0,), trials=2, workloads=("tanh-smooth", "square-random", "digits")
@@ -69,6 +70,7 @@ def test_config_validation():
         run_accuracy(AccuracyConfig(patterns=("diagonal",)))
 
 
+@pytest.mark.slow
 def test_cli_accuracy(tmp_path):
     out = tmp_path / "acc"
     result = CliRunner().invoke(
@@ -79,6 +81,7 @@ def test_cli_accuracy(tmp_path):
     assert (out / "accuracy.json").is_file() and (out / "accuracy.md").is_file()
 
 
+@pytest.mark.slow
 def test_run_compare_tiny(tmp_path):
     config = CompareConfig(
         ratios=(2, 4),

@@ -51,6 +51,7 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_report_carries_the_error_estimate(c, s, *workers):
     job = await dask_bacc.submit_coded(
@@ -73,6 +74,7 @@ async def test_report_carries_the_error_estimate(c, s, *workers):
     assert not [k for k in s.tasks if str(k).startswith(f"('bacc-sketch-{job.token}")]
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_until_stops_early_on_a_smooth_function(c, s, *workers):
     slow, placement = await names_at(c, (2, 6), 8)
@@ -93,6 +95,7 @@ async def test_until_stops_early_on_a_smooth_function(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_until_waits_longer_on_a_rough_function(c, s, *workers):
     slow, _ = await names_at(c, (2, 6), 8)
@@ -120,6 +123,7 @@ async def test_until_waits_longer_on_a_rough_function(c, s, *workers):
     np.testing.assert_allclose(out, reference(rep, ROUGH), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
     slow, _ = await names_at(c, (2, 6), 8)
@@ -162,6 +166,7 @@ def gated_linear(x, slow, event_name):
     return 3.0 * x + 1.0
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 16)
 async def test_ill_conditioned_lagrange_decode_warns(c, s, *workers):
     """Eight adjacent stragglers out of 16: Lagrange decodes from the first eight points, a
@@ -217,6 +222,7 @@ def test_until_validation():
     assert dask_bacc.until(error=0.1).target(BerrutCode(4, 8)) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_bad", [1, 2])
 @gen_cluster(client=True, nthreads=TWELVE)
 async def test_adversaries_are_located_and_excluded(c, s, *workers, n_bad):
@@ -263,6 +269,7 @@ async def test_adversaries_are_located_and_excluded(c, s, *workers, n_bad):
     assert clean.report.excluded == []  # nothing corrupted: nothing excluded
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_detector_reports_an_inconsistent_result(c, s, *workers):
     bad, _ = await names_at(c, (5,), 8)
@@ -288,6 +295,7 @@ async def test_detector_reports_an_inconsistent_result(c, s, *workers):
     assert rep.error_estimate >= 0.5 * true
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_adversaries_validation_before_submitting(c, s, *workers):
     with pytest.raises(ValueError, match=r"N >= 2K \+ 2A - 1 = 9"):
@@ -339,6 +347,7 @@ def warned(caught, category):
     return [w for w in caught if issubclass(w.category, category)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("code", "func", "where", "adversaries"),
     [

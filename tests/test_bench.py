@@ -64,6 +64,7 @@ def _check_pngs(out) -> None:
         assert path.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.slow
 def test_run_bench_api_smoke(tmp_path):
     """Every strategy (Lagrange too: f is a polynomial) on a tiny grid, through the API."""
     config = BenchConfig(
@@ -107,6 +108,7 @@ def test_run_bench_api_smoke(tmp_path):
     assert paths["markdown"].read_text() == md
 
 
+@pytest.mark.slow
 def test_cli_smoke(tmp_path):
     out = tmp_path / "bench"
     runner = CliRunner()
@@ -124,6 +126,7 @@ def test_cli_smoke(tmp_path):
     assert (out / "bench.md").read_text() == res.stdout
 
 
+@pytest.mark.slow
 def test_kills_smoke():
     """A worker is closed during every straggler job and replaced; uncoded cannot survive it."""
     config = BenchConfig(

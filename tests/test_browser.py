@@ -3,7 +3,8 @@
 Debian's ``chromium`` at ``/usr/bin/chromium`` is used (Playwright's own browser download
 is not needed). The test does not install it: ``ci/browser.sh`` does (as root, with
 apt-get; ``.ci/run`` calls it before the tests), and the test skips, saying so, when it is
-missing. Set ``BACC_DASHBOARD_SCREENSHOT=path.png`` to also keep a copy of the screenshot
+missing. The whole module is marked ``browser`` (deselect it with ``-m "not browser"``).
+Set ``BACC_DASHBOARD_SCREENSHOT=path.png`` to also keep a copy of the screenshot
 (``docs/dashboard.png`` is made that way).
 """
 
@@ -36,6 +37,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="session")

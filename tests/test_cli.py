@@ -24,6 +24,7 @@ def test_group_help_lists_subcommands():
     assert "bench" in commands
 
 
+@pytest.mark.slow
 def test_dask_console_script_has_bacc():
     """The real ``dask`` script next to this interpreter finds the ``dask_cli`` entry point."""
     dask_script = Path(sys.executable).with_name("dask")
@@ -54,6 +55,7 @@ def test_demo_help_names_every_option():
         assert option in result.output
 
 
+@pytest.mark.slow
 def test_demo_smoke():
     result = CliRunner().invoke(bacc, ["demo", *TINY, "--straggler-delay", "0.05"])
     assert result.exit_code == 0, result.output
@@ -124,6 +126,7 @@ def test_format_table():
     assert lines[3] == "| berrut | 4 | 0.100 | 0.100 | 10.0x | 3 | 2 | 3.00e-01 |"
 
 
+@pytest.mark.slow
 def test_example_script_is_the_same_command():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "straggler_demo.py"), "--blocks", "0"],

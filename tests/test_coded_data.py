@@ -59,6 +59,7 @@ def data(rows=4 * K):
     return rng.standard_normal((rows, 3)), rng.standard_normal((3, 2))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_equals_map_coded_under_the_same_stragglers(c, s, *workers):
     X, W = data()
@@ -99,6 +100,7 @@ async def test_map_equals_map_coded_under_the_same_stragglers(c, s, *workers):
     coded.release()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_every_input_kind_round_trips_with_an_exact_code(c, s, *workers):
     X, W = data()
@@ -126,6 +128,7 @@ async def test_every_input_kind_round_trips_with_an_exact_code(c, s, *workers):
     coded.release()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_release_frees_the_shares_on_the_cluster(c, s, *workers):
     X, W = data()
@@ -142,6 +145,7 @@ async def test_release_frees_the_shares_on_the_cluster(c, s, *workers):
         coded.submit(model, W)
 
 
+@pytest.mark.slow
 @gen_cluster(
     client=True, nthreads=EIGHT, config={"bacc.reroute-busy-after": 0}
 )  # any age: no wall-clock in the test
@@ -182,6 +186,7 @@ async def test_stragglers_do_not_pile_up_across_calls(c, s, *workers):
     coded.release()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_cancelled_lets_a_long_func_stop_early(c, s, *workers):
     X, W = data()
@@ -198,6 +203,7 @@ async def test_cancelled_lets_a_long_func_stop_early(c, s, *workers):
     coded.release()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_large_arguments_are_sent_once_per_call(c, s, *workers):
     X, _ = data()
@@ -222,6 +228,7 @@ async def test_large_arguments_are_sent_once_per_call(c, s, *workers):
     coded.release()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, Worker=Nanny, nthreads=[("127.0.0.1", 1)] * 5, timeout=120)
 async def test_a_share_lost_with_its_worker_is_recomputed(c, s, *nannies):
     X, W = data(rows=8)
@@ -248,6 +255,7 @@ def test_validation():
         dask_bacc.encode(X, n_coded=2.5, client=object())
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_validation_submits_nothing(c, s, *workers):
     X, W = data()

@@ -408,6 +408,7 @@ def berrut_cases(draw):
     return BerrutCode(K, N, systematic=systematic), returned, list(perm)
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(case=berrut_cases())
 def test_berrut_properties(case):
@@ -667,6 +668,7 @@ def lagrange_cases(draw):
     return LagrangeCode(K, N, degree=degree), list(perm), f_degree, seed
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(case=lagrange_cases())
 def test_lagrange_exact_from_any_threshold_subset(case):
@@ -707,6 +709,7 @@ def test_lagrange_exact_on_random_polynomials(K, degree):
         assert rel_err(code.decode(results[returned], returned), f(blocks)) < 1e-8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("K", "N"), [(16, 64), (32, 128)])
 def test_lagrange_with_a_gap_stays_bounded_and_is_flagged(K, N):
     """Adjacent stragglers leave a gap: the least-squares decode stays bounded (interpolating
@@ -1038,6 +1041,7 @@ def import_violations(package_dir: Path) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_codes_modules_import_only_stdlib_numpy_and_the_package():
     assert import_violations(PACKAGE_DIR) == []
 
@@ -1099,12 +1103,14 @@ def run_without_dask(package_dir: Path, cwd: Path) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow
 def test_codes_import_without_dask(tmp_path):
     proc = run_without_dask(PACKAGE_DIR, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "codes imported without dask" in proc.stdout
 
 
+@pytest.mark.slow
 def test_import_checks_catch_a_dask_import(tmp_path):
     """Negative control: the two checks above fail for a copy of codes that imports dask."""
     copy = tmp_path / "dask_bacc"

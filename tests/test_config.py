@@ -8,6 +8,7 @@ import sys
 
 import dask
 import numpy as np
+import pytest
 from cluster_helpers import gen_cluster
 
 import dask_bacc
@@ -29,6 +30,7 @@ def test_defaults_come_back_after_a_reset():
         assert config.get("redundancy") == 2.0
 
 
+@pytest.mark.slow
 def test_environment_variable_overrides():
     env = dict(os.environ, DASK_BACC__REDUNDANCY="3.5", DASK_BACC__WAIT__BERRUT="0.5")
     out = subprocess.run(
@@ -46,6 +48,7 @@ def test_environment_variable_overrides():
     assert out.stdout.split() == ["3.5", "0.5"]
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 8)
 async def test_config_read_at_call_time(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((12, 2))

@@ -357,6 +357,7 @@ async def result_of(c, out, kind):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_exact_round_trip_equals_the_plain_map(c, s, *workers, kind):
@@ -387,6 +388,7 @@ async def test_exact_round_trip_equals_the_plain_map(c, s, *workers, kind):
     assert error.max() < 0.1 * np.ptp(np.asarray(expected))  # approximate, not exact
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_berrut_with_gated_stragglers(c, s, *workers, kind):
@@ -451,6 +453,7 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, kind):
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_ragged_partitions(c, s, *workers):
     df = make_frame(10, seed=2)
@@ -474,6 +477,7 @@ async def test_ragged_partitions(c, s, *workers):
     pd.testing.assert_frame_equal(out, rowwise(df))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_empty_partition_is_trimmed_to_nothing(c, s, *workers):
     df = pd.DataFrame({"a": np.arange(8.0)})
@@ -485,6 +489,7 @@ async def test_empty_partition_is_trimmed_to_nothing(c, s, *workers):
     pd.testing.assert_frame_equal(await c.compute(out), np.log(df.iloc[4:]))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_meta_is_used(c, s, *workers):
     df = make_frame(16, seed=3)
@@ -581,6 +586,7 @@ async def test_bad_frames_rejected_before_submission(c, s, *workers, lazy, optio
     assert not s.tasks  # nothing reached the scheduler
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_nan_in_dask_partitions_raises_value_error(c, s, *workers):
     df = pd.DataFrame({"a": [1.0, 2.0, np.nan, 4.0], "b": np.arange(4.0)})
@@ -589,6 +595,7 @@ async def test_nan_in_dask_partitions_raises_value_error(c, s, *workers):
         await job
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_bool_categorical_and_datetime_columns(c, s, *workers):
     df = pd.DataFrame(
@@ -629,6 +636,7 @@ async def test_bool_categorical_and_datetime_columns(c, s, *workers):
         await dask_bacc.submit_coded(np.tanh, dd.from_pandas(df, npartitions=2), client=c)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_speculative_on_frames(c, s, *workers):
     df = make_frame(12, seed=4)
@@ -641,6 +649,7 @@ async def test_speculative_on_frames(c, s, *workers):
     )
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_encoded_frames_map_many_functions(c, s, *workers):
     """dask_bacc.encode keeps the shares; each map learns its own function's output."""

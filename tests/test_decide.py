@@ -137,6 +137,7 @@ events = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     events=events,

@@ -72,6 +72,7 @@ async def gated_job(c, workers, event_name, **kwargs):
     )
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
 async def test_plugin_registration_is_idempotent(c, s, *workers):
     assert PLUGIN_NAME not in s.plugins
@@ -96,6 +97,7 @@ async def test_plugin_registration_is_idempotent(c, s, *workers):
     assert plugin.jobs_total[("berrut", "decoded")] == 3
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_stats_of_a_gated_job_with_stragglers(c, s, *workers):
     release = Event("release-stats", client=c)
@@ -137,6 +139,7 @@ async def test_stats_of_a_gated_job_with_stragglers(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_failed_tasks_and_a_departed_worker_are_reported(c, s, *workers):
     X = np.random.default_rng(1).standard_normal((16, 2))
@@ -175,6 +178,7 @@ async def test_failed_tasks_and_a_departed_worker_are_reported(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(
     client=True,
     nthreads=EIGHT,
@@ -201,6 +205,7 @@ async def test_preloaded_plugin_works_from_transitions_alone(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_job_of_a_client_that_dies_is_closed_as_abandoned(c, s, *workers):
     release = Event("release-dead", client=c)
@@ -228,6 +233,7 @@ async def test_job_of_a_client_that_dies_is_closed_as_abandoned(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT, scheduler_kwargs=DASHBOARD)
 async def test_stats_json_page_and_metrics_over_http(c, s, *workers):
     release = Event("release-http", client=c)
@@ -271,6 +277,7 @@ async def test_stats_json_page_and_metrics_over_http(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(
     client=True,
     nthreads=[("127.0.0.1", 1)] * 4,
@@ -288,6 +295,7 @@ async def test_routes_honour_the_dashboard_prefix(c, s, *workers):
     assert code == 404
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
 async def test_history_is_bounded(c, s, *workers):
     with dask.config.set({"bacc.diagnostics.history": 2}):
@@ -305,6 +313,7 @@ async def test_history_is_bounded(c, s, *workers):
     assert stats["totals"]["jobs"] == [{"code": "berrut", "outcome": "decoded", "count": 4}]
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_job_tasks_are_grouped_under_a_span(c, s, *workers):
     import dask.array as da
@@ -321,6 +330,7 @@ async def test_job_tasks_are_grouped_under_a_span(c, s, *workers):
     assert {f"bacc-stack-{job.token}", f"bacc-info-{job.token}"} <= groups
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_progress_bar_when_forced_on(c, s, *workers, capsys):
     """The bar (on stderr) in a non-interactive run: only for the jobs that ask for it."""
@@ -502,6 +512,7 @@ def test_plugin_state_machine_without_a_cluster():
     assert plugin.decode_hist.total == 3 and plugin.straggler_hist.counts[1] == 3
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, scheduler_kwargs=DASHBOARD)
 async def test_a_systematic_code_is_named_as_given(c, s, *workers):
     """D4: code="systematic-berrut" was reported, shown on /bacc and counted in
@@ -530,6 +541,7 @@ def test_the_timeline_numbers_coded_tasks_with_whole_numbers():
     assert axis.formatter.format == "0"
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, scheduler_kwargs=DASHBOARD)
 async def test_notebook_reprs_of_a_report_a_job_and_coded_data(c, s, *workers):
     """JobReport, CodedJob and CodedData render as HTML in a notebook, as Client and

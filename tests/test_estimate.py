@@ -204,6 +204,7 @@ def test_floater_hormann_weights():
 
 
 # -- properties -------------------------------------------------------------------------------
+@pytest.mark.slow
 @PROPERTY
 @given(
     K=st.integers(1, 10),

@@ -27,6 +27,7 @@ def _load(name: str):
     return module
 
 
+@pytest.mark.slow
 def test_gradients_sum_over_blocks_to_the_full_gradient():
     """The per-block gradient is a sum over rows: the K block gradients add up to the
     gradient of all rows (what every strategy relies on), and it matches finite differences."""
@@ -52,6 +53,7 @@ def test_gradients_sum_over_blocks_to_the_full_gradient():
             assert fd == pytest.approx(full[i], rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_training_smoke_run(tmp_path):
     tr = _load("coded_training")
     assert tr.main(["--smoke", "--out", str(tmp_path)]) == 0
@@ -91,6 +93,7 @@ def test_training_smoke_run(tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_inference_smoke_run(tmp_path, monkeypatch, capsys):
     """Also the default output folder: without --out, a new folder under the current
     directory (here tmp_path), never docs/iterative."""

@@ -56,6 +56,7 @@ def worker_of(workers, address):
 
 
 # -- 1. a result lost after it landed, before the job gathered it -------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "noticed",
     [False, True],
@@ -122,6 +123,7 @@ def gated_inverse(y):
 HOLD_DECODE = Transform(np.asarray, gated_inverse, "hold-decode")
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT, config=NO_STEALING, timeout=60)
 async def test_worker_lost_while_the_decode_task_runs(c, s, *workers):
     """Output decoded on the cluster (``bacc.client-decode-limit: 0``): one stack-decode
@@ -166,6 +168,7 @@ async def test_worker_lost_while_the_decode_task_runs(c, s, *workers):
 
 
 # -- 3. a worker lost while its result is being screened ----------------------------------
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT, config=NO_STEALING, timeout=60)
 async def test_worker_lost_while_its_result_is_screened(c, s, *workers):
     """``adversaries=1`` on output decoded on the cluster needs one sketch task per result

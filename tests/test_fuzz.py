@@ -123,6 +123,7 @@ def test_the_fuzz_has_at_least_as_many_cases_as_the_chaos_run():
     assert len(CASES) >= 284
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT, timeout=300)
 async def test_fuzzed_jobs_end_cleanly_and_leave_no_task(c, s, *workers):
     outcomes: dict[str, int] = {}

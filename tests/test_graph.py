@@ -4,6 +4,7 @@ number of scheduler messages and tasks a coded job costs."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from cluster_helpers import gen_cluster
 from distributed import get_worker
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -33,6 +34,7 @@ class CountGraphs(SchedulerPlugin):
         self.tasks.extend(tasks or ())
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_submit_graph_pins_each_task_in_one_message(c, s, *workers):
     plugin = CountGraphs()
@@ -65,6 +67,7 @@ async def test_submit_graph_pins_each_task_in_one_message(c, s, *workers):
 from dask._task_spec import TaskRef  # noqa: E402
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 8)
 async def test_a_coded_job_costs_one_graph_and_n_tasks(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((40, 3))
@@ -88,6 +91,7 @@ async def test_a_coded_job_costs_one_graph_and_n_tasks(c, s, *workers):
         assert sorted(keys.parse(k).kind for k in plugin.tasks) == ["eval"] * 8
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 8)
 async def test_a_dask_array_job_costs_three_graphs(c, s, *workers):
     import dask.array as da

@@ -25,6 +25,8 @@ import dask_bacc
 from dask_bacc.codes import get_code
 from dask_bacc.stragglers import SlowWorkers, inject_stragglers
 
+pytestmark = pytest.mark.multiprocess
+
 N_WORKERS = 4
 SLOW = ("w2", "w3")
 

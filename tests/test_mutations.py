@@ -48,6 +48,7 @@ def gated_or_fail(x, late, failing, late_event, fail_event):
     return np.tanh(x)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_result_inside_the_grace_window_is_decoded(c, s, *workers):
     """Kills: the Decider ignoring grace (``runtime/decide.py`` ``_after_grace`` treating
@@ -107,6 +108,7 @@ def recorded_tanh(x):
     return np.tanh(x)
 
 
+@pytest.mark.slow
 @gen_cluster(
     client=True,
     nthreads=FOUR,
@@ -186,6 +188,7 @@ def offset_by_worker(x, offsets):
     return x + offsets[get_worker().address]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decode_limit", ["256 MiB", 0], ids=["client", "cluster"])
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_repetition_job_uses_the_lowest_index_copy(c, s, *workers, decode_limit):
@@ -236,6 +239,7 @@ def double(b):
     return 2.0 * b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dataarray", "dataset"])
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @gen_cluster(client=True, nthreads=EIGHT)

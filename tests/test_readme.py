@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
@@ -24,6 +26,7 @@ def test_the_readme_has_the_notebook_example_first():
     assert len(first.strip().splitlines()) <= 12  # the short example a user pastes
 
 
+@pytest.mark.multiprocess
 def test_every_readme_python_block_runs_in_order(tmp_path):
     blocks = readme_blocks()
     # one script, each block announced, so a failure names its block; given with -c (as

@@ -38,6 +38,7 @@ def test_check_matrix_vanishes_exactly_on_polynomials_of_the_degree():
     assert decode_residual(code, ok[:7], list(range(7))) is None
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_lagrange_with_the_wrong_degree_raises_instead_of_claiming_exact(c, s, *workers):
     """The chaos run's wrong answer labelled exact: f of degree 2 under a degree-1 code.
@@ -55,6 +56,7 @@ async def test_lagrange_with_the_wrong_degree_raises_instead_of_claiming_exact(c
             await job
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_lagrange_checked_or_said_unchecked(c, s, *workers):
     for limit in ("256 MiB", 0):  # client decode, cluster decode
@@ -94,6 +96,7 @@ def text(b):
     return "x"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("func", [divide_by_zero, nan_block, no_array, text])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_a_failed_job_releases_its_tasks_without_a_gc(c, s, *workers, func):
@@ -130,6 +133,7 @@ def sleepy(b, slow_name):
     return np.tanh(b)
 
 
+@pytest.mark.slow
 def test_two_clients_in_one_process_leak_nothing():
     """The chaos run's leak: a job on a client that is not the default client, with a
     straggler still running at the end, left its eval tasks on the scheduler forever (the
@@ -153,6 +157,7 @@ def test_two_clients_in_one_process_leak_nothing():
                 time.sleep(0.1)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
     """The chaos run's memory growth: one distributed span per job, never removed. Beyond
@@ -186,6 +191,7 @@ def positives(b):
     return b[b[:, 0] > 0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", ["berrut", "systematic-spline", "repetition"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_a_value_dependent_output_shape_is_an_error_not_a_silent_answer(c, s, *workers, code):
@@ -199,6 +205,7 @@ async def test_a_value_dependent_output_shape_is_an_error_not_a_silent_answer(c,
     await no_bacc_tasks(s)
 
 
+@pytest.mark.slow
 def test_timeout_bounds_reaching_the_scheduler_and_a_closed_client_is_named():
     import time
 
@@ -248,6 +255,7 @@ def test_coded_rejects_what_map_coded_rejects_when_called():
 
 
 # no memory limit: the workers' memory monitor would un-pause them at once
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT, worker_kwargs={"memory_limit": 0})
 async def test_paused_workers_are_waited_for_within_the_timeout(c, s, *workers):
     """The chaos run's paused cluster: with every worker paused (memory pressure) a job
@@ -274,6 +282,7 @@ def identity(d):
     return d
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_exact_codes_keep_each_columns_dtype(c, s, *workers):
     """The chaos run's dtypes: with mixed int, float and bool columns, exact codes returned
@@ -304,6 +313,7 @@ def gated_tanh(b, slow_name, event_name):
     return np.tanh(b)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_a_held_straggler_whose_worker_dies_is_released(c, s, *workers):
     """The soak's leak: a straggler still running at decode is held until it ends; when
@@ -344,6 +354,7 @@ def fails_on(b, names):
     return np.tanh(b)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_an_approximate_answer_without_an_estimate_warns(c, s, *workers):
     """The soak's 'approximate answers without an estimate': Berrut decoding from fewer
@@ -361,6 +372,7 @@ async def test_an_approximate_answer_without_an_estimate_warns(c, s, *workers):
     assert rep.warnings == [f"ApproximationWarning: {w[0].message}"]
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_a_task_cancelled_by_the_scheduler_is_not_a_user_cancel(c, s, *workers, monkeypatch):
     """The full soak's one unexpected error: a job no one cancelled raised

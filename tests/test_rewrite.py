@@ -66,6 +66,7 @@ def slow_shares(X):
     return BerrutCode(K, N).encode(np.stack(np.split(X, K)))[SLOW]
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_blocks_rewrite_equals_map_coded_with_the_same_stragglers(c, s, *workers):
     X, W = data()
@@ -98,6 +99,7 @@ async def test_map_blocks_rewrite_equals_map_coded_with_the_same_stragglers(c, s
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_blocks_rewrite_exact_code_equals_plain_and_composes(c, s, *workers):
     X, W = data()
@@ -131,6 +133,7 @@ def _driver_worker(z, workers):
     return addr
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * (N + 1))
 async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
     """No coded task of the job runs on the driver's worker, so the output chunks (read
@@ -154,6 +157,7 @@ async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_the_default_n_leaves_the_drivers_worker_out(c, s, *workers):
     X, W = data()
@@ -180,6 +184,7 @@ def corrupt_share(block, bad_share):
     return -3.0 * y if b.shape == bad_share.shape and np.allclose(b, bad_share) else y
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 12)
 async def test_rewrite_with_until_and_adversaries(c, s, *workers):
     t = np.linspace(0.0, 1.0, 64)
@@ -221,6 +226,7 @@ async def test_rewrite_with_until_and_adversaries(c, s, *workers):
         dask_bacc.coded(x.map_blocks(np.tanh), adversaries=-1, code="berrut")
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_report_of_a_rewritten_collection(c, s, *workers):
     import dask.dataframe as dd
@@ -261,6 +267,7 @@ async def test_report_of_a_rewritten_collection(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_apply_ufunc_rewrite_equals_map_coded(c, s, *workers):
     X, _ = data()
@@ -309,6 +316,7 @@ def dataset(X):
     ).chunk({"time": 4})
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_xr_map_blocks_rewrite_equals_map_coded(c, s, *workers):
     X, _ = data()
@@ -353,6 +361,7 @@ def gated_frame(part, slow_shares, event_name):
     return np.tanh(part * 2)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_partitions_rewrite_equals_map_coded(c, s, *workers):
     import dask.dataframe as dd
@@ -498,6 +507,7 @@ def test_private_dask_structures_the_rewrite_reads():
     assert call.func is np.tanh and call.kind == "xarray.apply_ufunc"
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_rewrite_config_is_taken_on_the_client(c, s, *workers):
     # the code comes from bacc.code when the collection is rewritten, not when it runs

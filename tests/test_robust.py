@@ -141,6 +141,7 @@ def test_validation():
     assert detect_inconsistent(code, np.zeros((3, 1)), [0, 1, 2]).flagged == []
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(
     K=st.integers(2, 10),

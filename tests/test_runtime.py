@@ -61,6 +61,7 @@ def indices_on(report, workers):
     return {i for i, a in enumerate(report.workers) if a in addrs}
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((40, 3))
@@ -117,6 +118,7 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_keys_and_strict_pinning(c, s, *workers):
     X = np.ones((8, 2))
@@ -143,6 +145,7 @@ async def test_keys_and_strict_pinning(c, s, *workers):
     np.testing.assert_allclose(out, np.concatenate(expected_decode(job.report, np.tanh, X)))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_eval_that_raises_is_an_erasure(c, s, *workers):
     X = np.random.default_rng(1).standard_normal((24, 2))
@@ -170,6 +173,7 @@ async def test_eval_that_raises_is_an_erasure(c, s, *workers):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [("nan", "NaN/inf"), ("shape", "differs from"), ("object", "real numeric")],
@@ -193,6 +197,7 @@ async def test_invalid_results_are_erasures(c, s, *workers, kind, reason):
     )
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_all_evals_fail_raises_insufficient_results(c, s, *workers):
     X = np.ones((8, 2))
@@ -204,6 +209,7 @@ async def test_all_evals_fail_raises_insufficient_results(c, s, *workers):
     assert len(job.report.failed) == job.report.N
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_worker_closed_mid_job(c, s, *workers):
     X = np.random.default_rng(3).standard_normal((16, 2))
@@ -235,6 +241,7 @@ async def test_worker_closed_mid_job(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, Worker=Nanny, nthreads=[("127.0.0.1", 1)] * 4, timeout=120)
 async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
     X = np.random.default_rng(4).standard_normal((8, 2))
@@ -281,6 +288,7 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
         await job
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_timeout_decodes_from_what_arrived(c, s, *workers):
     X = np.random.default_rng(5).standard_normal((16, 2))
@@ -308,6 +316,7 @@ async def test_timeout_decodes_from_what_arrived(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_cancel_job(c, s, *workers):
     X = np.ones((8, 2))
@@ -337,6 +346,7 @@ class _DeafTask:
         return self.task.__await__()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_cancel_job_when_the_task_cancellation_is_lost(c, s, *workers):
     X = np.ones((8, 2))
@@ -353,6 +363,7 @@ async def test_cancel_job_when_the_task_cancellation_is_lost(c, s, *workers):
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", ["repetition", "uncoded", "lagrange"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_exact_codes_are_exact(c, s, *workers, code):
@@ -369,6 +380,7 @@ async def test_exact_codes_are_exact(c, s, *workers, code):
     assert job.report.error_estimate == 0.0 and job.report.estimate_method == "exact"
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_round_trips_numpy_list_dask(c, s, *workers):
     rng = np.random.default_rng(7)
@@ -417,6 +429,7 @@ async def test_round_trips_numpy_list_dask(c, s, *workers):
     np.testing.assert_allclose(await c.compute(s_out), X.reshape(4, 4, 4).sum(axis=(1, 2)))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_args_and_kwargs_are_broadcast(c, s, *workers):
     X = np.random.default_rng(8).standard_normal((8, 3))
@@ -429,6 +442,7 @@ async def test_args_and_kwargs_are_broadcast(c, s, *workers):
     np.testing.assert_allclose(out, X @ W + 1.5, rtol=1e-9)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
     """All K systematic tasks back: exact, so no need to wait for the other results."""
@@ -453,6 +467,7 @@ async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_default_wait_keeps_collecting_for_a_grace_period(c, s, *workers):
     X = np.random.default_rng(10).standard_normal((16, 2))

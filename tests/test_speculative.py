@@ -61,6 +61,7 @@ def test_rule_from_options_and_config():
         Speculation.from_options({"multipler": 2})
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
 async def test_exact_and_no_backup_when_nothing_is_slow(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((16, 3))
@@ -76,6 +77,7 @@ async def test_exact_and_no_backup_when_nothing_is_slow(c, s, *workers):
     assert rep.code["name"] == "speculative" and rep.code["rule"] == "spark"
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
 async def test_backup_for_gated_task_and_loser_cancelled(c, s, *workers):
     X = np.random.default_rng(1).uniform(0, 1, (8, 2))
@@ -104,6 +106,7 @@ async def test_backup_for_gated_task_and_loser_cancelled(c, s, *workers):
     await release.set()
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
 async def test_failed_task_is_backed_up_at_once(c, s, *workers):
     """Four workers, four blocks: every worker runs a primary; one fails, another backs up."""
@@ -126,6 +129,7 @@ async def test_failed_task_is_backed_up_at_once(c, s, *workers):
     np.testing.assert_array_equal(out, np.tanh(X))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
 async def test_speculative_rejects_n_coded_and_wait(c, s, *workers):
     X = np.ones((8, 2))

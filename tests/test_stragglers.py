@@ -66,6 +66,7 @@ def test_plugin_draws_are_seeded_and_reproducible():
     assert a.log[-1][:2] == (4, 199)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 8)
 async def test_injected_stragglers_are_cancelled_and_interrupted(c, s, *workers):
     slow = workers[:2]

@@ -26,6 +26,7 @@ def client():
         yield c
 
 
+@pytest.mark.slow
 def test_map_coded_with_default_client(client):
     X = np.random.default_rng(0).standard_normal((30, 4))
     out = dask_bacc.map_coded(np.tanh, X, n_blocks=3)
@@ -48,6 +49,7 @@ def test_map_coded_with_default_client(client):
     np.testing.assert_array_equal(y.compute(), np.tanh(X))
 
 
+@pytest.mark.slow
 def test_result_timeout_and_cancel(client):
     X = np.ones((6, 2))
     gate = Event("sync-gate", client=client)
@@ -64,6 +66,7 @@ def test_result_timeout_and_cancel(client):
     gate.set()
 
 
+@pytest.mark.slow
 def test_insufficient_results_sync(client):
     def always_fails(x):
         raise RuntimeError("boom")
@@ -77,6 +80,7 @@ def block_everywhere(x, event_name):
     return np.tanh(x)
 
 
+@pytest.mark.slow
 def test_an_interrupted_result_cancels_the_job(client, monkeypatch):
     """Ctrl-C (or a notebook's stop button) in result() cancels the job, nothing runs on."""
     X = np.ones((12, 2))
@@ -103,6 +107,7 @@ def wrong_keyword(x, *, scale):
     return x * scale
 
 
+@pytest.mark.slow
 def test_insufficient_results_shows_the_cause_and_the_report(client):
     X = np.ones((12, 2))
     with pytest.raises(dask_bacc.InsufficientResults) as info:

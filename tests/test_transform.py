@@ -94,6 +94,7 @@ def test_estimate_is_measured_after_the_inverse_map():
 
 
 # -- on the cluster -----------------------------------------------------------------------------
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_coded_spline_log_equals_its_reference(c, s, *workers):
     """The issue's cluster target: the output is inverse(decode(forward(f(encode(X))))) for
@@ -127,6 +128,7 @@ async def test_map_coded_spline_log_equals_its_reference(c, s, *workers):
     np.testing.assert_allclose(await c.compute(out), ref, rtol=1e-10)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_transform_on_every_entry_point(c, s, *workers):
     tr = get_transform("log")
@@ -157,6 +159,7 @@ async def test_transform_on_every_entry_point(c, s, *workers):
 
 
 # -- warnings about approximate answers ---------------------------------------------------------
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_large_estimates_warn(c, s, *workers):
     rough = np.random.default_rng(1).standard_normal((64, 3))
@@ -181,6 +184,7 @@ async def test_large_estimates_warn(c, s, *workers):
         await dask_bacc.map_coded(np.tanh, rough, n_blocks=4, n_coded=8, code="berrut", client=c)
 
 
+@pytest.mark.slow
 def test_large_estimates_warn_with_a_synchronous_client():
     from distributed import Client
 
@@ -191,6 +195,7 @@ def test_large_estimates_warn_with_a_synchronous_client():
         assert w[0].filename == __file__
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_unmet_until_target_warns(c, s, *workers):
     """until(error=1e-9) on rough data cannot be met: the job decodes when every result is

@@ -134,6 +134,7 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "kwargs", "error", "match"),
     [pytest.param(a, k, e, m, id=d) for d, a, k, e, m in BAD_INPUTS],
@@ -145,6 +146,7 @@ async def test_bad_input_rejected_before_submission(c, s, *workers, args, kwargs
     assert not s.tasks  # nothing reached the scheduler
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_oversubscribe_warns_when_configured(c, s, *workers):
     import dask
@@ -159,6 +161,7 @@ async def test_oversubscribe_warns_when_configured(c, s, *workers):
     assert len(job.report.workers) == 6 and len(set(job.report.workers)) == 4
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_nan_in_dask_array_fails_with_value_error(c, s, *workers):
     x = da.from_array(np.array([[1.0], [np.nan], [2.0], [3.0]]), chunks=(2, 1))

@@ -131,6 +131,7 @@ def is_lazy(obj) -> bool:
 
 
 # -- exact round trips ------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_dataarray_rowwise_exact_equals_plain_map(c, s, *workers, chunked):
@@ -146,6 +147,7 @@ async def test_dataarray_rowwise_exact_equals_plain_map(c, s, *workers, chunked)
     xr.testing.assert_identical(out, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_dataarray_reduction_exact(c, s, *workers, chunked):
@@ -159,6 +161,7 @@ async def test_dataarray_reduction_exact(c, s, *workers, chunked):
     assert out.sizes == {"time": K, "x": 3}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_dataset_rowwise_exact_equals_plain_map(c, s, *workers, chunked):
@@ -176,6 +179,7 @@ async def test_dataset_rowwise_exact_equals_plain_map(c, s, *workers, chunked):
     assert out.weights.dims == ("x",)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_dataset_reduction_exact(c, s, *workers, chunked):
@@ -186,6 +190,7 @@ async def test_dataset_reduction_exact(c, s, *workers, chunked):
     assert out.pressure.dims == ("time", "x")
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_dataset_to_dataarray_and_args(c, s, *workers):
     ds = make_dataset()
@@ -198,6 +203,7 @@ async def test_dataset_to_dataarray_and_args(c, s, *workers):
 
 
 # -- stragglers with the Berrut code ---------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @pytest.mark.parametrize("kind", ["dataarray", "dataset"])
 @gen_cluster(client=True, nthreads=EIGHT)
@@ -244,6 +250,7 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, chunked, kind):
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_berrut_reduction_labels(c, s, *workers):
     ds = make_dataset(chunked=True)
@@ -254,6 +261,7 @@ async def test_berrut_reduction_labels(c, s, *workers):
 
 
 # -- dtypes and non-numeric variables ----------------------------------------------------
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_integer_dataarray_dtypes(c, s, *workers):
     arr = xr.DataArray(np.arange(48).reshape(24, 2), dims=("time", "y"), name="n")
@@ -269,6 +277,7 @@ async def test_integer_dataarray_dtypes(c, s, *workers):
     np.testing.assert_allclose(approx.values, arr.values * 3, atol=1.0)
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_mixed_integer_and_float_variables(c, s, *workers):
     ds = make_dataset()
@@ -287,6 +296,7 @@ async def test_mixed_integer_and_float_variables(c, s, *workers):
     xr.testing.assert_identical(out.drop_vars("count"), (ds * 2).drop_vars("count"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_non_numeric_constant_is_passed_through(c, s, *workers, chunked):
@@ -315,6 +325,7 @@ async def test_non_numeric_output_from_data_rejected(c, s, *workers):
 
 
 # -- meta, the accessor ----------------------------------------------------------------------
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_meta_skips_the_template_call(c, s, *workers):
     arr = make_array(chunked=True)
@@ -332,6 +343,7 @@ async def test_meta_skips_the_template_call(c, s, *workers):
     xr.testing.assert_identical(out, make_array() * 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", ["speculative", "uncoded"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_other_exact_strategies(c, s, *workers, code):
@@ -341,6 +353,7 @@ async def test_other_exact_strategies(c, s, *workers, code):
         xr.testing.assert_identical(out, rowwise(make_dataset()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True], ids=["memory", "dask"])
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_accessor(c, s, *workers, chunked):
@@ -358,6 +371,7 @@ async def test_accessor(c, s, *workers, chunked):
     xr.testing.assert_identical(out_ds, plain_reduction(make_dataset(), reduce_time))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_default_dim(c, s, *workers):
     arr = make_array(chunked=True)  # the only chunked dimension
@@ -368,6 +382,7 @@ async def test_default_dim(c, s, *workers):
     xr.testing.assert_identical(out, rowwise(one))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_persisted_and_chained_input(c, s, *workers):
     # dask-backed constants (weights) whose graphs hold futures are computed on the cluster
@@ -384,6 +399,7 @@ async def test_persisted_and_chained_input(c, s, *workers):
     xr.testing.assert_identical(out, rowwise(arr))
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_combine_must_agree_with_f(c, s, *workers):
     arr = make_array()
@@ -398,6 +414,7 @@ async def test_combine_must_agree_with_f(c, s, *workers):
         )
 
 
+@pytest.mark.slow
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_nan_in_dask_backed_data_fails_with_value_error(c, s, *workers):
     arr = make_array().copy()
@@ -498,6 +515,7 @@ def _bad_inputs():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "kwargs", "error", "match"),
     [pytest.param(a, k, e, m, id=d) for d, a, k, e, m in _bad_inputs()],
