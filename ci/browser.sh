@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Install Debian's chromium for tests/test_browser.py (the /bacc page in a real browser)
 # and the documentation screenshots. Needs root and apt-get; a no-op when it is there.
-# (tests/test_browser.py also installs it itself when missing, so the README's test
-# command needs no set-up; CI runs this first to keep that out of the test timings.)
+# tests/test_browser.py skips, saying so, when /usr/bin/chromium is missing.
 set -euo pipefail
 
 if [[ -x /usr/bin/chromium ]]; then
