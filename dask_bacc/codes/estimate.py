@@ -350,12 +350,8 @@ def estimate_error(
         return ErrorEstimate(0.0, np.zeros(K), "exact", n_results=idx.size)
     if not isinstance(code, InterpolatingCode):
         return ErrorEstimate(math.nan, np.full(K, math.nan), "unknown", n_results=idx.size)
-    if transform is None:
-        # relative errors do not depend on scale: work on results scaled to at most 1 in
-        # magnitude, so data near 1e200 neither overflows nor loses the estimate
-        peak = float(np.abs(Y).max()) if Y.size else 0.0
-        if peak > 0 and np.isfinite(peak):
-            Y = Y / peak
+    if transform is None:  # relative errors do not depend on scale
+        Y = unit_scale(Y)
     out = _identity if transform is None else InverseRows(transform, results.shape[1:])
     z = code.worker_points[idx]
     alpha = code.data_points
@@ -393,6 +389,13 @@ def estimate_error(
         n_results=idx.size,
         capped=np.flatnonzero(scaled > cap).tolist(),
     )
+
+
+def unit_scale(Y: np.ndarray) -> np.ndarray:
+    """Results scaled to at most 1 in magnitude, for figures that compare ratios: squares
+    of data near 1e200 would overflow."""
+    peak = float(np.abs(Y).max()) if Y.size else 0.0
+    return Y / peak if peak > 0 and np.isfinite(peak) else Y
 
 
 def _identity(V: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ from numpy.polynomial import chebyshev
 
 from .base import Code, InterpolatingCode
 from .berrut import BerrutCode
-from .estimate import MAX_CALIBRATION, _sorted, loo_matrices, loo_pair
+from .estimate import MAX_CALIBRATION, _sorted, loo_matrices, loo_pair, unit_scale
 
 __all__ = [
     "DEFAULT_TAU",
@@ -302,7 +302,7 @@ def locate_corrupted(
     """
     code = _check_interpolating(code, "robust decoding")
     idx, Y = _sorted(code, returned, np.asarray(results))
-    Y = _unit_scale(Y)
+    Y = unit_scale(Y)
     A = int(adversaries)
     if A < 1:
         return Screening()
@@ -349,7 +349,7 @@ def detect_inconsistent(
     if not isinstance(code, InterpolatingCode):
         return Screening()
     idx, Y = _sorted(code, returned, np.asarray(results))
-    Y = _unit_scale(Y)
+    Y = unit_scale(Y)
     if idx.size < 4:
         return Screening()
     z = code.worker_points[idx]
@@ -362,13 +362,6 @@ def detect_inconsistent(
         scores={int(idx[i]): s for i, s in scores.items()},
         candidates=sorted(int(idx[i]) for i in candidates),
     )
-
-
-def _unit_scale(Y: np.ndarray) -> np.ndarray:
-    """Results scaled to at most 1 in magnitude: the tests compare ratios, and squares of
-    data near 1e200 would overflow."""
-    peak = float(np.abs(Y).max()) if Y.size else 0.0
-    return Y / peak if peak > 0 and np.isfinite(peak) else Y
 
 
 def _loo_code(code: InterpolatingCode) -> InterpolatingCode | None:
