@@ -8,7 +8,7 @@ from typing import Any
 import dask.config
 import yaml
 
-__all__ = ["get", "load_defaults"]
+__all__ = ["get", "load_defaults", "seconds"]
 
 _FN = os.path.join(os.path.dirname(__file__), "bacc.yaml")
 
@@ -33,6 +33,13 @@ def get(key: str, default: Any = None) -> Any:
         load_defaults()
         value = dask.config.get(f"bacc.{key}", default=default)
     return value
+
+
+def seconds(key: str, default: str | float) -> float:
+    """``bacc.<key>`` as seconds: a number, or a duration such as ``"500ms"`` or ``"10s"``."""
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(get(key, default), default="s"))
 
 
 load_defaults()

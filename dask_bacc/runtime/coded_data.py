@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from dask.utils import parse_timedelta
 from distributed import default_client
 
 from .. import config
@@ -229,7 +228,7 @@ class CodedData:
         busy: set[str] = set()
         if config.get("reroute-busy", True):
             # known here, with no message: the stragglers of earlier calls still running
-            min_age = float(parse_timedelta(config.get("reroute-busy-after", "100ms")))
+            min_age = config.seconds("reroute-busy-after", "100ms")
             now = time.perf_counter()
             for addr, running in list(self._held.items()):
                 running[:] = [(t, f) for t, f in running if f.status == "pending"]

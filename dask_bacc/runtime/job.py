@@ -117,7 +117,7 @@ def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: A
     prune_spans(
         dask_scheduler,
         keep=int(config.get("diagnostics.history", 100)),
-        ttl=_seconds(config.get("diagnostics.span-ttl", "10s")),
+        ttl=config.seconds("diagnostics.span-ttl", "10s"),
         now=now(),
     )
     return running
@@ -432,7 +432,7 @@ class CodedJob:
             rep.target_met = d.target_met_at
 
     async def _loop(self) -> Any:
-        poll = float(_seconds(config.get("poll-interval", "500ms")))
+        poll = config.seconds("poll-interval", "500ms")
         tick = self._tick_interval(poll)
         self._ac = ac = as_completed(loop=self.client.loop, raise_errors=False)
         for fut in self._evals.values():
@@ -558,7 +558,7 @@ class CodedJob:
         watched, and once one of them is gone (or ``timeout`` seconds passed) only what is
         finished on a live worker is taken.
         """
-        poll = min(float(_seconds(config.get("poll-interval", "500ms"))), 0.25)
+        poll = min(config.seconds("poll-interval", "500ms"), 0.25)
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         gather = asyncio.ensure_future(self.client.gather(want, errors="skip", asynchronous=True))
@@ -693,7 +693,7 @@ class CodedJob:
     async def _await_stage(self, info_fut: Any, used: list[int]) -> Any:
         """Wait for the decode's summary while following the coded tasks (late results
         land, workers leave); ``_NOTHING`` when the decode must be redone."""
-        poll = float(_seconds(config.get("poll-interval", "500ms")))
+        poll = config.seconds("poll-interval", "500ms")
         ac = self._ac
         assert ac is not None
         while True:
@@ -813,7 +813,7 @@ async def _drop_when_done(held: list[tuple[Any, str]], client: Any) -> None:
     """Hold running stragglers until they finish (so the scheduler still sees their worker
     busy), then drop their results. One whose worker left is cancelled at once: strictly
     pinned, it would wait in ``no-worker`` forever, and so would this hold."""
-    poll = max(float(_seconds(config.get("poll-interval", "500ms"))), 0.05)
+    poll = max(config.seconds("poll-interval", "500ms"), 0.05)
     with contextlib.suppress(Exception):
         while held:
             await asyncio.sleep(poll)
@@ -833,9 +833,3 @@ class _Nothing:
 
 
 _NOTHING: Any = _Nothing()
-
-
-def _seconds(value: Any) -> float:
-    from dask.utils import parse_timedelta
-
-    return float(parse_timedelta(value, default="s"))

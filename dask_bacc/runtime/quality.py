@@ -147,7 +147,7 @@ class JobQuality:
         if not want:
             return
         if wait:  # up to sketch-timeout; not for a sketch whose result's worker left
-            timeout = _seconds(config.get("accuracy.sketch-timeout", "10s"))
+            timeout = config.seconds("accuracy.sketch-timeout", "10s")
             got = await job.watched_gather(want, timeout)
         else:
             got = await job.client.gather(want, errors="skip", asynchronous=True)
@@ -383,12 +383,6 @@ class JobQuality:
 
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else "unknown"
-
-
-def _seconds(value: Any) -> float:
-    from dask.utils import parse_timedelta
-
-    return float(parse_timedelta(value, default="s"))
 
 
 # -- adversaries=: validation and defaults (called by submit_coded before submitting) ----

@@ -112,9 +112,7 @@ async def _live_workers(client: Any) -> tuple[dict[str, Any], int]:
 async def _running_workers(client: Any) -> tuple[dict[str, Any], int]:
     """:func:`_live_workers`, waiting while there are workers but every one is paused
     (memory pressure): plain Dask waits for them too (the caller bounds it by timeout)."""
-    from dask.utils import parse_timedelta
-
-    poll = float(parse_timedelta(config.get("poll-interval", "500ms"), default="s"))
+    poll = config.seconds("poll-interval", "500ms")
     while True:
         workers, running = await _live_workers(client)
         if running or not workers:
