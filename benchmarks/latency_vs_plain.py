@@ -58,7 +58,7 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 import dask_bacc
-from dask_bacc.demo import mlp, mlp_workload
+from dask_bacc.bench.demo import mlp, mlp_workload
 from dask_bacc.stragglers import (
     Bimodal,
     clear_stragglers,

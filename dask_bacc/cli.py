@@ -1,25 +1,67 @@
 """``dask bacc ...``: the command line, registered with dask's CLI (``dask_cli`` entry point).
 
-Each subcommand lives next to the code it drives; this module only groups them.
+Each subcommand lives next to the code it drives and is imported only when it runs, so
+``dask --help`` and the other ``dask`` commands never import the benchmark harness.
+``dask bacc bench`` needs the ``[bench]`` extra (matplotlib, scikit-learn); without it,
+the command says what to install.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
+#: subcommand -> (module, attribute, extra whose packages it needs, or None)
+_COMMANDS: dict[str, tuple[str, str, str | None]] = {
+    "bench": ("dask_bacc.bench.cli", "bench", "bench"),
+    "demo": ("dask_bacc.bench.demo", "demo", None),
+}
+#: packages of the ``[bench]`` extra that ``dask bacc bench`` needs to make its outputs
+BENCH_PACKAGES = ("matplotlib", "sklearn")
 
-@click.group(name="bacc")
+
+class _LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use (click's documented pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module, attr, extra = _COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), attr)
+        if extra is None:
+            return command
+        return _needs_extra(command, extra)
+
+
+def missing_packages(names: tuple[str, ...] = BENCH_PACKAGES) -> list[str]:
+    """The packages among ``names`` that cannot be imported here."""
+    from importlib.util import find_spec
+
+    return [name for name in names if find_spec(name) is None]
+
+
+def _needs_extra(command: click.Command, extra: str) -> click.Command:
+    callback = command.callback
+    assert callback is not None
+
+    def checked(*args: object, **kwargs: object) -> object:
+        missing = missing_packages()
+        if missing:
+            raise click.ClickException(
+                f"`dask bacc {command.name}` needs {', '.join(missing)}, which the "
+                f"[{extra}] extra installs: pip install 'dask-bacc[{extra}]'"
+            )
+        return callback(*args, **kwargs)
+
+    command.callback = checked
+    return command
+
+
+@click.group(name="bacc", cls=_LazyGroup)
 @click.version_option(package_name="dask-bacc", prog_name="dask-bacc")
 def bacc() -> None:
     """dask-bacc: straggler-resistant map over chunks with coded computing."""
-
-
-def _register() -> None:
-    from .bench.cli import bench
-    from .demo import demo
-
-    bacc.add_command(demo)
-    bacc.add_command(bench)
-
-
-_register()

@@ -26,6 +26,7 @@ from distributed import WorkerPlugin, default_client
 from .runtime.worker import STRAGGLER_PLUGIN_NAME, straggle
 
 __all__ = [
+    "PLAIN_SEQ_BASE",
     "Bimodal",
     "ShiftedExponential",
     "SlowWorkers",
@@ -38,6 +39,11 @@ __all__ = [
     "plain_task",
     "task_seconds",
 ]
+
+
+#: Baseline (plain Dask) jobs draw their stragglers with ``seq = PLAIN_SEQ_BASE + job number``,
+#: far above the ``seq`` numbers dask-bacc's coded jobs use (0, 1, 2, ... per client process).
+PLAIN_SEQ_BASE = 1_000_000_000
 
 
 class StragglerModel:
@@ -244,7 +250,7 @@ def plain_task(
     :class:`StragglerPlugin` draws for task ``index`` of job ``seq``. The sleep is not
     interruptible: plain Dask cannot stop a running task. Give baseline jobs ``seq``
     numbers disjoint from dask-bacc's (which count 0, 1, 2, ... per client process), e.g.
-    ``client.map(plain_task, blocks, [10**9 + r] * K, range(K), [func] * K)``.
+    ``client.map(plain_task, blocks, [PLAIN_SEQ_BASE + r] * K, range(K), [func] * K)``.
     """
     start = time.perf_counter()
     out = func(block, *args, **kwargs)

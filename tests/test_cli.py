@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dask_bacc.bench.demo import CODED, DemoSettings, StrategyStats, demo, format_table
 from dask_bacc.cli import bacc
-from dask_bacc.demo import CODED, DemoSettings, StrategyStats, demo, format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--workers", "4", "--blocks", "2", "--rows", "40", "--rounds", "1"]

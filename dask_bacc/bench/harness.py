@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..stragglers import (
+    PLAIN_SEQ_BASE,
     Bimodal,
     ShiftedExponential,
     SlowWorkers,
@@ -95,8 +96,6 @@ TASK_FUNCS: dict[str, int | None] = {"mlp": None, "square": 2, "linear": 1}
 STRAGGLER_KINDS: tuple[str, ...] = ("bimodal", "shifted-exp", "slow-workers", "kills", "none")
 
 CONDITIONS = ("stragglers", "clean")
-#: ``seq`` numbers of plain-Dask jobs for the straggler draws, disjoint from dask-bacc's.
-PLAIN_SEQ_BASE = 2_000_000_000
 
 
 # -- configuration -------------------------------------------------------------------------

@@ -25,9 +25,9 @@ The straggler plugin only delays dask-bacc's own eval tasks, so the plain tasks 
 through :func:`dask_bacc.stragglers.plain_task`, a wrapper that asks the same worker plugin
 for a delay after ``func`` returns and sleeps for it. The draw for a task depends only on
 ``(seed, seq, index)``; plain jobs use their own ``seq`` numbers (from
-:data:`PLAIN_SEQ_BASE` on), disjoint from dask-bacc's per-process job counter, so every
-task of every strategy straggles independently with the same probability and the same
-delay. A plain task cannot be cancelled, so its delay is a plain ``sleep``; a dask-bacc
+:data:`dask_bacc.stragglers.PLAIN_SEQ_BASE` on), disjoint from dask-bacc's per-process job
+counter, so every task of every strategy straggles independently with the same probability
+and the same delay. A plain task cannot be cancelled, so its delay is a plain ``sleep``; a dask-bacc
 straggler's delay ends early once its job has decoded.
 """
 
@@ -44,13 +44,19 @@ import click
 import numpy as np
 from distributed import Client, LocalCluster
 
-from .exceptions import ApproximationWarning
-from .runtime import submit_coded
-from .stragglers import Bimodal, clear_stragglers, draw_delay, inject_stragglers, plain_task
+from ..exceptions import ApproximationWarning
+from ..runtime import submit_coded
+from ..stragglers import (
+    PLAIN_SEQ_BASE,
+    Bimodal,
+    clear_stragglers,
+    draw_delay,
+    inject_stragglers,
+    plain_task,
+)
 
 __all__ = [
     "CODED",
-    "PLAIN_SEQ_BASE",
     "DemoSettings",
     "StrategyStats",
     "demo",
@@ -60,9 +66,6 @@ __all__ = [
     "run_demo",
 ]
 
-#: Plain jobs draw their stragglers with ``seq = PLAIN_SEQ_BASE + job number``, far above
-#: the ``seq`` numbers dask-bacc's coded jobs use (0, 1, 2, ... per client process).
-PLAIN_SEQ_BASE = 1_000_000_000
 #: The coded strategies the demo compares with plain Dask, in table order.
 CODED = ("systematic-spline", "berrut", "systematic-berrut", "repetition")
 
