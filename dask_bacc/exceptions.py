@@ -6,6 +6,7 @@ __all__ = [
     "ApproximationWarning",
     "InexactDecode",
     "InsufficientResults",
+    "InvalidInput",
     "InvalidResult",
     "RewriteError",
     "SuspectResultsWarning",
@@ -18,6 +19,14 @@ class InsufficientResults(RuntimeError):
     Raised by a code's ``decode`` when the returned set cannot be decoded, and by a
     coded job when the wait policy can no longer be met: every worker that could still
     answer has failed, left or straggled past the timeout.
+    """
+
+
+class InvalidInput(ValueError):
+    """The input chunks cannot be encoded (NaN/inf or non-numeric data found on a worker).
+
+    Raised inside coded tasks and adapters; a coded job turns it into a plain ``ValueError``
+    for the caller, as any bad argument is.
     """
 
 

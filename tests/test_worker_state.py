@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from dask_bacc.exceptions import InvalidResult
+from dask_bacc.exceptions import InvalidInput, InvalidResult
 from dask_bacc.runtime import worker
 
 
@@ -117,7 +117,7 @@ def test_encode_and_decode_tasks():
     ints = np.arange(4)
     assert worker.encode_task(np.array([1.0]), ints) is not None
     assert worker.encode_task(np.array([1.0]), ints).dtype == ints.dtype  # a copy keeps dtype
-    with pytest.raises(worker.InvalidInput, match="NaN or inf"):
+    with pytest.raises(InvalidInput, match="NaN or inf"):
         worker.encode_task(np.array([0.5, 0.5]), a, np.full((2, 2), np.nan))
     np.testing.assert_allclose(worker.decode_task(np.array([0.5, 0.5]), a, b), 2.0)
     assert worker.decode_task(np.array([1.0]), ints) is ints

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..runtime.worker import InvalidInput
+from ..exceptions import InvalidInput
 from .base import COMBINE_CHOICES, Blocks
 
 __all__ = ["DaskFrameBlocks", "FrameFunction", "FrameOutput", "PandasBlocks", "frame_blocks"]
@@ -166,7 +166,7 @@ def numeric_values(obj: Frame, dtype: np.dtype, what: str, rows: int | None = No
     One conversion (pandas' column blocks to the row-major array the encode reads: a
     Fortran-ordered or strided array would be copied again by every encode that mixes it)
     and one pass over the values for NaN/inf; the per-column error details are worked out
-    only when that pass fails. Raises :class:`~dask_bacc.runtime.worker.InvalidInput` (a
+    only when that pass fails. Raises :class:`~dask_bacc.exceptions.InvalidInput` (a
     ``ValueError``), which a coded job reports as a ``ValueError`` when it is raised on a
     worker.
     """

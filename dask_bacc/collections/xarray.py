@@ -24,7 +24,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from ..exceptions import InvalidResult
+from ..exceptions import InvalidInput, InvalidResult
 from .base import Blocks, check_dtype
 from .numpy import _resolve_k
 
@@ -623,8 +623,6 @@ def _flat_block(
 
 
 def _check_finite(block: np.ndarray) -> np.ndarray:
-    from ..runtime.worker import InvalidInput
-
     if block.dtype.kind == "f" and not np.isfinite(block).all():
         raise InvalidInput(
             "the data contains NaN or inf; coded computing needs finite data (fill or drop "

@@ -46,7 +46,7 @@ from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
 from ..diagnostics.monitor import prune_spans
-from ..exceptions import InsufficientResults
+from ..exceptions import InsufficientResults, InvalidInput
 from . import keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
@@ -59,7 +59,6 @@ from .worker import (
     PLUGIN_NAME,
     BaccWorker,
     InconsistentResults,
-    InvalidInput,
     consistent,
     decoded_block,
     decoded_info,

@@ -26,14 +26,13 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
-from ..exceptions import InvalidResult
+from ..exceptions import InvalidInput, InvalidResult
 
 __all__ = [
     "PLUGIN_NAME",
     "BaccWorker",
     "Decoded",
     "InconsistentResults",
-    "InvalidInput",
     "WorkerState",
     "cancelled",
     "check_result",
@@ -60,10 +59,6 @@ STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
 DONE_OP = "bacc-done"
 
 _current = threading.local()  # the job token of the eval task this thread runs
-
-
-class InvalidInput(ValueError):
-    """The input chunks cannot be encoded (NaN/inf or non-numeric data found on a worker)."""
 
 
 class InconsistentResults(InvalidResult):
