@@ -24,22 +24,25 @@ def load_defaults() -> dict[str, Any]:
     return defaults
 
 
-def get(key: str, default: Any = None) -> Any:
-    """Read ``bacc.<key>`` at call time (so ``dask.config.set`` and ``DASK_BACC__*`` apply)."""
-    sentinel = object()
-    value = dask.config.get(f"bacc.{key}", default=sentinel)
-    if value is sentinel:
-        # defaults may have been wiped by a config reset: re-register and retry once
+def get(key: str) -> Any:
+    """Read ``bacc.<key>`` at call time (so ``dask.config.set`` and ``DASK_BACC__*`` apply).
+
+    Every setting has its default in ``bacc.yaml``, the one place defaults are written;
+    a key that is not there raises ``KeyError``.
+    """
+    try:
+        return dask.config.get(f"bacc.{key}")
+    except KeyError:
+        # defaults may have been wiped by a config reset: re-register and read again
         load_defaults()
-        value = dask.config.get(f"bacc.{key}", default=default)
-    return value
+        return dask.config.get(f"bacc.{key}")
 
 
-def seconds(key: str, default: str | float) -> float:
+def seconds(key: str) -> float:
     """``bacc.<key>`` as seconds: a number, or a duration such as ``"500ms"`` or ``"10s"``."""
     from dask.utils import parse_timedelta
 
-    return float(parse_timedelta(get(key, default), default="s"))
+    return float(parse_timedelta(get(key), default="s"))
 
 
 load_defaults()

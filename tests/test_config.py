@@ -75,3 +75,96 @@ async def test_config_read_at_call_time(c, s, *workers):
     job = await dask_bacc.submit_coded(np.tanh, np.ones((5, 1)), n_blocks=5, client=c)
     await job
     assert job.report.N == 8
+
+
+def _yaml_keys() -> set[str]:
+    """Every dotted key of bacc.yaml, sections and leaves."""
+    import yaml
+
+    def walk(tree: dict, prefix: str) -> set[str]:
+        out = set()
+        for k, v in tree.items():
+            out.add(prefix + k)
+            if isinstance(v, dict):
+                out |= walk(v, f"{prefix}{k}.")
+        return out
+
+    with open(os.path.join(os.path.dirname(config.__file__), "bacc.yaml")) as f:
+        return walk(yaml.safe_load(f)["bacc"], "")
+
+
+def _package_strings() -> tuple[list[tuple[str, str, int]], set[str]]:
+    """The keys of ``config.get``/``config.seconds`` calls in dask_bacc (with where), and
+    every string constant of the package."""
+    import ast
+    import pathlib
+
+    reads, strings = [], set()
+    for path in pathlib.Path(dask_bacc.__file__).parent.rglob("*.py"):
+        # codes/ never reads dask.config (its ``config`` names are a code's own dicts)
+        settings = path.parent.name != "codes"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                strings.add(node.value)
+            if (
+                settings
+                and isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "seconds")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "config"
+                and node.args
+            ):
+                arg = node.args[0]
+                assert len(node.args) == 1 and not node.keywords, (
+                    f"{path}:{node.lineno}: config.{node.func.attr}(...) with a "
+                    "fallback: defaults live in bacc.yaml only"
+                )
+                if isinstance(arg, ast.Constant):  # else a name bound to literal keys
+                    reads.append((arg.value, str(path), node.lineno))
+    return reads, strings
+
+
+def test_every_setting_read_has_its_default_in_the_yaml():
+    reads, _ = _package_strings()
+    keys = _yaml_keys()
+    assert reads
+    missing = [(key, f"{p}:{n}") for key, p, n in reads if key not in keys]
+    assert not missing
+
+
+def test_no_dead_settings():
+    """Each leaf of bacc.yaml is read by name somewhere in the package (``wait.<code>``
+    by the code's name, in runtime/wait.py)."""
+    from dask_bacc.codes import registered_codes
+
+    reads, strings = _package_strings()
+    read = {key for key, _, _ in reads} | strings
+    leaves = {k for k in _yaml_keys() if not isinstance(config.get(k), dict)}
+    dead = sorted(
+        k
+        for k in leaves
+        if k not in read and not (k.startswith("wait.") and k[5:] in registered_codes())
+    )
+    assert not dead
+
+
+def test_tau_default_is_the_codes_default():
+    """``accuracy.tau: null`` means the codes' DEFAULT_TAU (one definition); a set value wins."""
+    from dask_bacc.codes import BerrutCode
+    from dask_bacc.codes.robust import DEFAULT_TAU
+    from dask_bacc.runtime.quality import JobQuality
+
+    class Job:  # what JobQuality reads of a CodedJob
+        code, transform, policy, token = BerrutCode(3, 6), None, None, "ab" * 16
+
+    job = Job()
+    assert config.get("accuracy.tau") is None
+    assert JobQuality(job).tau == DEFAULT_TAU
+    with dask.config.set({"bacc.accuracy.tau": 2.5}):
+        assert JobQuality(job).tau == 2.5
+
+
+def test_unknown_setting_is_a_key_error():
+    with pytest.raises(KeyError):
+        config.get("no-such-setting")

@@ -33,7 +33,7 @@ _registered: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDiction
 
 
 def _enabled() -> bool:
-    value = config.get("diagnostics.enabled", True)
+    value = config.get("diagnostics.enabled")
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)

@@ -357,7 +357,7 @@ class BaccDiagnostics(SchedulerPlugin):
         self.scheduler = scheduler
         self.started_at = time()
         if self.history is None:
-            self.history = int(config.get("diagnostics.history", 100))
+            self.history = int(config.get("diagnostics.history"))
         scheduler.handlers[HANDLER] = self.handle_job
         # the same on the clients' batched streams: ordered with their update-graph messages
         scheduler.stream_handlers[HANDLER] = self._stream_job

@@ -55,7 +55,7 @@ def want_progress(progress: bool | None) -> bool:
         return _truthy(progress)
     if _in_task():
         return False
-    value = config.get("progress", None)
+    value = config.get("progress")
     return interactive() if value is None else _truthy(value)
 
 

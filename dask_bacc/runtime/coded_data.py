@@ -158,7 +158,7 @@ class CodedData:
             raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
         policy = resolve_wait(wait, self.code)
         if timeout is None:
-            timeout = config.get("timeout", None)
+            timeout = config.get("timeout")
         blocks = self.blocks
         if meta is not None:
             if not hasattr(blocks, "meta"):
@@ -226,9 +226,9 @@ class CodedData:
             # reroute must not shift the placement)
             where.append(self.workers[i] if self.workers[i] in held or not held else held[0])
         busy: set[str] = set()
-        if config.get("reroute-busy", True):
+        if config.get("reroute-busy"):
             # known here, with no message: the stragglers of earlier calls still running
-            min_age = config.seconds("reroute-busy-after", "100ms")
+            min_age = config.seconds("reroute-busy-after")
             now = time.perf_counter()
             for addr, running in list(self._held.items()):
                 running[:] = [(t, f) for t, f in running if f.status == "pending"]
@@ -326,7 +326,7 @@ def encode(
     long as the shares exist.
     """
     if code is None:
-        code = config.get("code", "systematic-spline")
+        code = config.get("code")
     _check_common(len, code, n_coded, None, code_options)
     if isinstance(code, str) and code.lower() == "speculative":
         raise ValueError("code='speculative' has no coded shares to keep: pick a code")
@@ -353,8 +353,8 @@ async def _encode(
     placement = choose_workers(
         workers,
         coder.N,
-        spread_hosts=bool(config.get("spread-hosts", True)),
-        oversubscribe=str(config.get("oversubscribe", "raise")),
+        spread_hosts=bool(config.get("spread-hosts")),
+        oversubscribe=str(config.get("oversubscribe")),
     )
     coded = CodedData(client, coder, data_blocks, placement)
     await coded._launch()

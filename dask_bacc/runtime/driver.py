@@ -109,7 +109,7 @@ def coded(
             "reserves for itself: pass them positionally or rename them"
         )
     if code is None:
-        code = config.get("code", "systematic-spline")
+        code = config.get("code")
     _check_common(call.func, code, n_coded, timeout, code_options)
     # what map_coded would reject about the data (non-numeric columns, uneven chunks...)
     # is rejected now, not at compute time inside the driver task; nothing is computed
@@ -151,7 +151,7 @@ def _keeps_dtype(code: str | Code) -> bool:
 def _bacc_settings() -> dict[str, Any]:
     import dask
 
-    return dask.config.get("bacc", default={}) or {}
+    return dask.config.get("bacc") or {}
 
 
 def _target(call: MapCall, exact_dtypes: bool) -> Any:
@@ -210,7 +210,7 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str
     # still running here, and the decoded blocks would wait for it
     secede()
     # the client's bacc settings; set only when they differ (the config is process-wide)
-    same = dask.config.get("bacc", default={}) == settings
+    same = dask.config.get("bacc") == settings
     with dask.config.set({} if same else {"bacc": settings}):
         combine = "concat" if call.kind in ("dask.array", "xarray.apply_ufunc") else "auto"
         # not dim=None otherwise: the mapped function may take a dim keyword of its own

@@ -115,8 +115,8 @@ def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: A
 
     prune_spans(
         dask_scheduler,
-        keep=int(config.get("diagnostics.history", 100)),
-        ttl=config.seconds("diagnostics.span-ttl", "10s"),
+        keep=int(config.get("diagnostics.history")),
+        ttl=config.seconds("diagnostics.span-ttl"),
         now=now(),
     )
     return running
@@ -311,7 +311,7 @@ class CodedJob:
             return False
         from dask.utils import parse_bytes
 
-        limit = parse_bytes(config.get("client-decode-limit", "256 MiB"))
+        limit = parse_bytes(config.get("client-decode-limit"))
         share = int(np.prod(self.blocks.block_shape)) * max(self.blocks.dtype.itemsize, 8)
         return share * self.policy.target(self.code) <= limit
 
@@ -322,7 +322,7 @@ class CodedJob:
         from dask.utils import parse_bytes
 
         call = (self.args, self.kwargs)
-        limit = parse_bytes(config.get("args-inline-limit", "64 kiB"))
+        limit = parse_bytes(config.get("args-inline-limit"))
         if (self.args or self.kwargs) and sizeof(call) > limit:
             key = keys.args_key(self.token)
             tasks.append(TaskSpec(key, hold, (call,)))
@@ -431,7 +431,7 @@ class CodedJob:
             rep.target_met = d.target_met_at
 
     async def _loop(self) -> Any:
-        poll = config.seconds("poll-interval", "500ms")
+        poll = config.seconds("poll-interval")
         tick = self._tick_interval(poll)
         self._ac = ac = as_completed(loop=self.client.loop, raise_errors=False)
         for fut in self._evals.values():
@@ -557,7 +557,7 @@ class CodedJob:
         watched, and once one of them is gone (or ``timeout`` seconds passed) only what is
         finished on a live worker is taken.
         """
-        poll = min(config.seconds("poll-interval", "500ms"), 0.25)
+        poll = min(config.seconds("poll-interval"), 0.25)
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         gather = asyncio.ensure_future(self.client.gather(want, errors="skip", asynchronous=True))
@@ -692,7 +692,7 @@ class CodedJob:
     async def _await_stage(self, info_fut: Any, used: list[int]) -> Any:
         """Wait for the decode's summary while following the coded tasks (late results
         land, workers leave); ``_NOTHING`` when the decode must be redone."""
-        poll = config.seconds("poll-interval", "500ms")
+        poll = config.seconds("poll-interval")
         ac = self._ac
         assert ac is not None
         while True:
@@ -812,7 +812,7 @@ async def _drop_when_done(held: list[tuple[Any, str]], client: Any) -> None:
     """Hold running stragglers until they finish (so the scheduler still sees their worker
     busy), then drop their results. One whose worker left is cancelled at once: strictly
     pinned, it would wait in ``no-worker`` forever, and so would this hold."""
-    poll = max(config.seconds("poll-interval", "500ms"), 0.05)
+    poll = max(config.seconds("poll-interval"), 0.05)
     with contextlib.suppress(Exception):
         while held:
             await asyncio.sleep(poll)

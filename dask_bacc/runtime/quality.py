@@ -27,7 +27,7 @@ import numpy as np
 from .. import config
 from ..codes import Code, InterpolatingCode
 from ..codes.estimate import MIN_RESULTS, ErrorEstimate, InverseRows, estimate_error, sketch
-from ..codes.robust import detect_inconsistent, locate_corrupted, required_results
+from ..codes.robust import DEFAULT_TAU, detect_inconsistent, locate_corrupted, required_results
 from ..exceptions import ApproximationWarning, InexactDecode, SuspectResultsWarning
 from . import keys
 from .wait import ErrorTarget, FirstK, WaitPolicy
@@ -61,8 +61,9 @@ class JobQuality:
         self.code = job.code
         self.transform = job.transform
         self.adaptive = isinstance(job.policy, ErrorTarget) and not self.code.exact
-        self.size = int(config.get("accuracy.sketch", 256))
-        self.tau = float(config.get("accuracy.tau", 4.0))
+        self.size = int(config.get("accuracy.sketch"))
+        tau = config.get("accuracy.tau")
+        self.tau = DEFAULT_TAU if tau is None else float(tau)
         self.seed = int(job.token[:8], 16)
         self._futures: dict[int, Any] = {}
         self._sketches: dict[int, np.ndarray | None] = {}
@@ -86,7 +87,7 @@ class JobQuality:
         """Sketches are needed: an approximate code (estimate on), adaptive or robust."""
         if self.adversaries or self.adaptive:
             return True
-        return not self.code.exact and bool(config.get("accuracy.estimate", True))
+        return not self.code.exact and bool(config.get("accuracy.estimate"))
 
     # -- sketches ------------------------------------------------------------------------
     @property
@@ -147,7 +148,7 @@ class JobQuality:
         if not want:
             return
         if wait:  # up to sketch-timeout; not for a sketch whose result's worker left
-            timeout = config.seconds("accuracy.sketch-timeout", "10s")
+            timeout = config.seconds("accuracy.sketch-timeout")
             got = await job.watched_gather(want, timeout)
         else:
             got = await job.client.gather(want, errors="skip", asynchronous=True)
@@ -350,7 +351,7 @@ class JobQuality:
                 )
             )
             return
-        limit = config.get("warn-error", 0.1)
+        limit = config.get("warn-error")
         if limit is not None and math.isfinite(overall) and overall > float(limit):
             job.warn(
                 ApproximationWarning(
@@ -400,7 +401,7 @@ def check_adversaries(adversaries: Any) -> int:
 def robust_max_blocks(n_workers: int, adversaries: int) -> int:
     """Default K for NumPy data with ``adversaries``: room for 2K + 2A - 1 results within
     the default wait fraction of the workers (the rest may straggle)."""
-    fraction = float(config.get("wait.berrut", 0.75))
+    fraction = float(config.get("wait.berrut"))
     return max(1, math.floor((fraction * n_workers - 2 * adversaries + 1) / 2))
 
 
@@ -409,7 +410,7 @@ def robust_n_coded(K: int, adversaries: int, n_workers: int, default: int) -> in
     as the default wait allows (``N = ceil(need / bacc.wait.berrut)``), capped by the
     workers but never below the need (then :func:`robust_policy` explains the error)."""
     need = required_results(K, adversaries)
-    fraction = float(config.get("wait.berrut", 0.75))
+    fraction = float(config.get("wait.berrut"))
     return max(need, min(max(default, math.ceil(need / fraction)), n_workers))
 
 

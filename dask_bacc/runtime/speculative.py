@@ -91,15 +91,14 @@ class Speculation:
         unknown = set(options) - known
         if unknown:
             raise TypeError(f"unknown speculative option(s) {sorted(unknown)}; use {sorted(known)}")
-        conf = config.get("speculative", {}) or {}
-        rule = options.get("rule", conf.get("rule", "spark"))
+        rule = options.get("rule", config.get("speculative.rule"))
         overrides: dict[str, Any] = {}
         for key, conf_key in (
-            ("multiplier", "multiplier"),
-            ("quantile", "quantile"),
-            ("min_runtime", "min-runtime"),
+            ("multiplier", "speculative.multiplier"),
+            ("quantile", "speculative.quantile"),
+            ("min_runtime", "speculative.min-runtime"),
         ):
-            value = options.get(key, conf.get(conf_key))
+            value = options.get(key, config.get(conf_key))
             if value is not None:
                 overrides[key] = (
                     float(parse_timedelta(value)) if key == "min_runtime" else float(value)
@@ -107,7 +106,7 @@ class Speculation:
         if "min_tasks" in options:
             overrides["min_tasks"] = int(options["min_tasks"])
         overrides["interval"] = float(
-            parse_timedelta(options.get("interval", conf.get("interval", "100ms")))
+            parse_timedelta(options.get("interval", config.get("speculative.interval")))
         )
         return cls.preset(rule, **overrides)
 
@@ -163,7 +162,7 @@ def speculative_placement(workers: dict[str, Any], K: int) -> list[str]:
     return choose_workers(
         workers,
         K,
-        spread_hosts=bool(config.get("spread-hosts", True)),
-        oversubscribe=str(config.get("oversubscribe", "raise")),
+        spread_hosts=bool(config.get("spread-hosts")),
+        oversubscribe=str(config.get("oversubscribe")),
         what="speculative tasks",
     )

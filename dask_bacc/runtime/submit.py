@@ -39,7 +39,7 @@ def default_n_coded(code_name: str, K: int, n_workers: int, options: dict[str, A
     Lagrange gets its recovery threshold ``degree*(K-1)+1`` plus the same number of spare
     tasks, ``ceil(redundancy*K) - K``; uncoded runs N = K.
     """
-    redundancy = float(config.get("redundancy", 2.0))
+    redundancy = float(config.get("redundancy"))
     if redundancy < 1:
         raise ValueError(f"bacc.redundancy must be >= 1, got {redundancy}")
     spare = max(1, math.ceil(redundancy * K) - K)
@@ -86,7 +86,7 @@ def _build_code(
     name = code.lower().replace("_", "-")  # get_code resolves aliases (systematic-berrut)
     if n_coded is None:
         n_coded = default_n_coded(name, K, n_workers, options)
-        if n_coded > n_workers and config.get("oversubscribe", "raise") != "warn":
+        if n_coded > n_workers and config.get("oversubscribe") != "warn":
             # the user chose K (n_blocks or the chunks), not N: say what to change
             raise ValueError(
                 f"K={K} data blocks need at least N={n_coded} coded tasks for code "
@@ -112,7 +112,7 @@ async def _live_workers(client: Any) -> tuple[dict[str, Any], int]:
 async def _running_workers(client: Any) -> tuple[dict[str, Any], int]:
     """:func:`_live_workers`, waiting while there are workers but every one is paused
     (memory pressure): plain Dask waits for them too (the caller bounds it by timeout)."""
-    poll = config.seconds("poll-interval", "500ms")
+    poll = config.seconds("poll-interval")
     while True:
         workers, running = await _live_workers(client)
         if running or not workers:
@@ -129,7 +129,7 @@ def _adapt(
     labels: dict[str, Any],
 ) -> Any:
     """``adapt`` with the defaults of a coded job: K up to ``workers / redundancy``."""
-    redundancy = float(config.get("redundancy", 2.0))
+    redundancy = float(config.get("redundancy"))
     if isinstance(code, Code) and n_blocks is None and blocks is None and is_numpy(data):
         n_blocks = code.K  # a Code instance fixes K
     return adapt(
@@ -162,7 +162,7 @@ async def _submit(
     transform: Transform | None = None,
 ) -> CodedJob:
     if timeout is None:
-        timeout = config.get("timeout", None)
+        timeout = config.get("timeout")
     timeout = None if timeout is None else float(timeout)
     try:  # timeout= bounds the whole call, reaching the scheduler included
         workers, n_workers = await asyncio.wait_for(_running_workers(client), timeout)
@@ -230,8 +230,8 @@ async def _submit(
 
 def _place(workers: dict[str, Any], n: int, avoid: tuple[str, ...]) -> list[str]:
     """One worker per coded task, off the ``avoid`` workers when the others suffice."""
-    spread_hosts = bool(config.get("spread-hosts", True))
-    oversubscribe = str(config.get("oversubscribe", "raise"))
+    spread_hosts = bool(config.get("spread-hosts"))
+    oversubscribe = str(config.get("oversubscribe"))
     others = {a: w for a, w in workers.items() if a not in avoid}
     if avoid and len(others) >= n:
         return choose_workers(others, n, spread_hosts=spread_hosts, oversubscribe=oversubscribe)
@@ -266,7 +266,7 @@ def submit_coded(
     asynchronous client, an awaitable that gives one).
     """
     if code is None:
-        code = config.get("code", "systematic-spline")
+        code = config.get("code")
     _check_common(func, code, n_coded, timeout, code_options)
     adversaries = check_adversaries(adversaries)
     transform = get_transform(transform)

@@ -198,8 +198,8 @@ def resolve_wait(wait: int | float | WaitPolicy | None, code: Code) -> WaitPolic
             policy: WaitPolicy = FirstK(min(code.N, code.min_results + code.check_spare))
         else:
             policy = Fraction(
-                float(config.get(f"wait.{code.name}", 1.0)),
-                grace=float(config.get("wait.grace", 0.0)),
+                float(config.get("wait").get(code.name, config.get("wait.other"))),
+                grace=float(config.get("wait.grace")),
             )
     elif isinstance(wait, WaitPolicy):
         policy = wait

@@ -81,7 +81,7 @@ class WorkerState:
     """Thread-safe per-worker registry: finished job tokens (bounded) and running evals."""
 
     def __init__(self, max_tokens: int | None = None):
-        self.max_tokens = int(max_tokens or config.get("done-tokens", 4096))
+        self.max_tokens = int(max_tokens or config.get("done-tokens"))
         self._lock = threading.Lock()
         self._done: OrderedDict[str, threading.Event] = OrderedDict()
         self._running: dict[tuple[str, int], list[float]] = {}
