@@ -1,7 +1,17 @@
-"""dask-bacc: straggler-resistant map over chunks on Dask with coded computing."""
+"""dask-bacc: straggler-resistant map over chunks on Dask with coded computing.
 
-from . import config  # registers the bacc: defaults with dask.config
-from .collections import xarray as _xarray  # noqa: F401  (registers the .bacc accessor)
+Importing the package is cheap: it registers the ``bacc:`` settings with ``dask.config``
+and the ``.bacc`` accessor on xarray objects; the runtime (distributed, the collection
+adapters, the diagnostics) is imported on first use of one of its names. Without dask
+installed, :mod:`dask_bacc.codes` (pure NumPy) still imports and works.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import accessor as _accessor  # noqa: F401  (registers the .bacc accessor; xarray only)
+from ._lazy import attach
 from .exceptions import (
     ApproximationWarning,
     InexactDecode,
@@ -9,23 +19,32 @@ from .exceptions import (
     InvalidResult,
     RewriteError,
     SuspectResultsWarning,
+    UnknownCodeError,
 )
-from .runtime import (
-    CodedJob,
-    ErrorTarget,
-    FirstK,
-    Fraction,
-    JobReport,
-    WaitPolicy,
-    coded,
-    map_coded,
-    report_of,
-    rewrite_reports,
-    submit_coded,
-    until,
-)
-from .runtime.coded_data import CodedData, encode
-from .runtime.worker import cancelled
+
+try:
+    from . import config  # registers the bacc: defaults with dask.config
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess test
+    if exc.name not in ("dask", "yaml"):
+        raise
+
+if TYPE_CHECKING:
+    from .runtime import (
+        CodedJob,
+        ErrorTarget,
+        FirstK,
+        Fraction,
+        JobReport,
+        WaitPolicy,
+        coded,
+        map_coded,
+        report_of,
+        rewrite_reports,
+        submit_coded,
+        until,
+    )
+    from .runtime.coded_data import CodedData, encode
+    from .runtime.worker import cancelled
 
 __version__ = "0.1.0"
 
@@ -42,6 +61,7 @@ __all__ = [
     "JobReport",
     "RewriteError",
     "SuspectResultsWarning",
+    "UnknownCodeError",
     "WaitPolicy",
     "__version__",
     "cancelled",
@@ -56,7 +76,30 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
+_lazy_getattr, __dir__ = attach(
+    __name__,
+    {
+        ".runtime": (
+            "CodedJob",
+            "ErrorTarget",
+            "FirstK",
+            "Fraction",
+            "JobReport",
+            "WaitPolicy",
+            "coded",
+            "map_coded",
+            "report_of",
+            "rewrite_reports",
+            "submit_coded",
+            "until",
+        ),
+        ".runtime.coded_data": ("CodedData", "encode"),
+        ".runtime.worker": ("cancelled",),
+    },
+)
+
+
+def __getattr__(name: str) -> Any:
     # UntilError (0.1) was renamed ErrorTarget: a wait policy, not an exception
     if name == "UntilError":
         import warnings
@@ -67,5 +110,5 @@ def __getattr__(name: str) -> object:
             FutureWarning,
             stacklevel=2,
         )
-        return ErrorTarget
-    raise AttributeError(f"module 'dask_bacc' has no attribute {name!r}")
+        name = "ErrorTarget"
+    return _lazy_getattr(name)

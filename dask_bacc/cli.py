@@ -31,20 +31,21 @@ class _LazyGroup(click.Group):
         if cmd_name not in _COMMANDS:
             return super().get_command(ctx, cmd_name)
         module, attr, extra = _COMMANDS[cmd_name]
-        command = getattr(importlib.import_module(module), attr)
-        if extra is None:
-            return command
-        return _needs_extra(command, extra)
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        if extra is not None and not getattr(command, "_bacc_checked", False):
+            _needs_extra(command, extra)
+        return command
 
 
-def missing_packages(names: tuple[str, ...] = BENCH_PACKAGES) -> list[str]:
-    """The packages among ``names`` that cannot be imported here."""
+def missing_packages() -> list[str]:
+    """The packages of the ``[bench]`` extra (:data:`BENCH_PACKAGES`) not installed here."""
     from importlib.util import find_spec
 
-    return [name for name in names if find_spec(name) is None]
+    return [name for name in BENCH_PACKAGES if find_spec(name) is None]
 
 
-def _needs_extra(command: click.Command, extra: str) -> click.Command:
+def _needs_extra(command: click.Command, extra: str) -> None:
+    """Make ``command`` stop with an install hint when its extra's packages are missing."""
     callback = command.callback
     assert callback is not None
 
@@ -58,7 +59,7 @@ def _needs_extra(command: click.Command, extra: str) -> click.Command:
         return callback(*args, **kwargs)
 
     command.callback = checked
-    return command
+    command._bacc_checked = True  # type: ignore[attr-defined]
 
 
 @click.group(name="bacc", cls=_LazyGroup)

@@ -10,6 +10,7 @@ __all__ = [
     "InvalidResult",
     "RewriteError",
     "SuspectResultsWarning",
+    "UnknownCodeError",
 ]
 
 
@@ -20,6 +21,11 @@ class InsufficientResults(RuntimeError):
     coded job when the wait policy can no longer be met: every worker that could still
     answer has failed, left or straggled past the timeout.
     """
+
+
+class UnknownCodeError(ValueError):
+    """No code is registered under the name given as ``code=`` (the message lists the
+    registered ones and the closest match)."""
 
 
 class InvalidInput(ValueError):

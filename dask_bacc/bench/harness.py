@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from ..exceptions import UnknownCodeError
 from ..stragglers import (
     PLAIN_SEQ_BASE,
     Bimodal,
@@ -826,7 +827,7 @@ class _Unsupported(Exception):
 
 
 def _is_unknown_code(exc: BaseException) -> bool:
-    return isinstance(exc, ValueError) and "unknown code" in str(exc)
+    return isinstance(exc, UnknownCodeError)
 
 
 def _busy_threads(dask_worker: Any) -> int:

@@ -28,7 +28,7 @@ from ..exceptions import InvalidInput, InvalidResult
 from .base import Blocks, check_dtype
 from .numpy import _resolve_k
 
-__all__ = ["BaccAccessor", "CodedBlockFunc", "XarrayBlocks", "xarray_blocks"]
+__all__ = ["CodedBlockFunc", "XarrayBlocks", "xarray_blocks"]
 
 XarrayObject = xr.DataArray | xr.Dataset
 
@@ -648,58 +648,3 @@ def _dask_blocks(
         axes.append(axis)
     build = dask.delayed(_flat_block, pure=True)
     return [build(tuple(axes), dtype, *[p[j] for p in pieces]) for j in range(len(dim_chunks))]
-
-
-# -- the accessor ---------------------------------------------------------------------------
-@xr.register_dataset_accessor("bacc")
-@xr.register_dataarray_accessor("bacc")
-class BaccAccessor:
-    """``obj.bacc``: coded maps over an xarray object's blocks along one dimension.
-
-    Examples
-    --------
-    >>> out = ds.bacc.map_coded(lambda b: b * 2, dim="time")  # doctest: +SKIP
-    """
-
-    def __init__(self, obj: XarrayObject):
-        self._obj = obj
-
-    def map_coded(
-        self, func: Callable[..., Any], *args: Any, dim: Hashable | None = None, **kwargs: Any
-    ) -> Any:
-        """``dask_bacc.map_coded(func, obj, *args, dim=dim, **kwargs)``.
-
-        Parameters
-        ----------
-        func : callable
-            ``func(block, *args, **kwargs)`` on a DataArray/Dataset block, returning a
-            DataArray/Dataset with real numeric variables.
-        *args
-            Passed to every call of ``func``.
-        dim : hashable, optional
-            The dimension to map along (default: the only chunked one, or the only one).
-        **kwargs
-            Options of :func:`dask_bacc.map_coded` (``code``, ``n_coded``, ``wait``,
-            ``meta``, ...), the others are passed to ``func``.
-
-        Returns
-        -------
-        DataArray or Dataset
-            Dask-backed for dask-backed input, in memory otherwise (an awaitable with an
-            asynchronous client).
-        """
-        from .. import map_coded
-
-        return map_coded(func, self._obj, *args, dim=dim, **kwargs)
-
-    def submit_coded(
-        self, func: Callable[..., Any], *args: Any, dim: Hashable | None = None, **kwargs: Any
-    ) -> Any:
-        """``dask_bacc.submit_coded(func, obj, *args, dim=dim, **kwargs)``: a CodedJob.
-
-        Parameters are those of :meth:`map_coded`; returns a :class:`dask_bacc.CodedJob`
-        at once (with an asynchronous client, an awaitable that gives one).
-        """
-        from .. import submit_coded
-
-        return submit_coded(func, self._obj, *args, dim=dim, **kwargs)
