@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..exceptions import InsufficientResults
+from ._types import Blocks, CodeConfig, FloatArray, IndexArray, IntArray, Returned
 
 __all__ = ["AMPLIFICATION_LIMIT", "Code", "InterpolatingCode", "as_returned", "decode_residual"]
 
@@ -18,7 +20,7 @@ __all__ = ["AMPLIFICATION_LIMIT", "Code", "InterpolatingCode", "as_returned", "d
 AMPLIFICATION_LIMIT = 1e6
 
 
-def as_returned(returned: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+def as_returned(returned: Returned, n: int) -> IndexArray:
     """Validate a set of returned worker indices: integers in ``[0, n)``, no repeats."""
     idx = np.asarray(returned)
     if idx.ndim != 1:
@@ -69,25 +71,29 @@ class Code:
         self.N = N
 
     # -- points (subclasses set ``_alpha`` and ``_z``) ----------------------------------
-    _alpha: np.ndarray
-    _z: np.ndarray
+    _alpha: FloatArray
+    _z: FloatArray
 
     @property
-    def data_points(self) -> np.ndarray:
+    def data_points(self) -> FloatArray:
         """Interpolation points of the K data blocks, shape (K,)."""
-        return self._alpha.copy()
+        # (the annotation: numpy's stubs take Self from typing, which mypy's python_version
+        # 3.10 lacks, so ndarray.copy() is Any there)
+        alpha: FloatArray = self._alpha.copy()
+        return alpha
 
     @property
-    def worker_points(self) -> np.ndarray:
+    def worker_points(self) -> FloatArray:
         """Evaluation points of the N coded blocks, shape (N,)."""
-        return self._z.copy()
+        z: FloatArray = self._z.copy()
+        return z
 
     # -- matrices ----------------------------------------------------------------
-    def encoding_matrix(self) -> np.ndarray:
+    def encoding_matrix(self) -> FloatArray:
         """The (N, K) matrix E with ``coded_i = sum_j E[i, j] X_j``."""
         raise NotImplementedError
 
-    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
+    def decoding_matrix(self, returned: Returned) -> FloatArray:
         """The (K, len(returned)) matrix D with ``estimate_j = sum_l D[j, l] result_l``.
 
         Columns follow ``returned`` as given. Raises :class:`InsufficientResults` when the
@@ -101,7 +107,7 @@ class Code:
         """The fewest results from which decoding can succeed."""
         raise NotImplementedError
 
-    def can_decode(self, returned: Sequence[int] | np.ndarray) -> bool:
+    def can_decode(self, returned: Returned) -> bool:
         """Whether this set of returned worker indices is decodable.
 
         Raises ``ValueError`` for indices outside ``[0, N)`` or repeated, like :meth:`decode`.
@@ -110,14 +116,14 @@ class Code:
             return False
         return as_returned(returned, self.N).size >= self.min_results
 
-    def is_exact(self, returned: Sequence[int] | np.ndarray) -> bool:
+    def is_exact(self, returned: Returned) -> bool:
         """Whether decoding from ``returned`` gives every block exactly (f(X_j), not an estimate).
 
         True for an exact code once the set is decodable; a systematic code overrides it.
         """
         return self.exact and self.can_decode(returned)
 
-    def check_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray | None:
+    def check_matrix(self, returned: Returned) -> FloatArray | None:
         """A matrix C with ``C @ results == 0`` (up to rounding) whenever the decode from
         ``returned`` is exact, or None when the set has no redundancy to check it with.
 
@@ -126,7 +132,7 @@ class Code:
         """
         return None
 
-    def amplification(self, returned: Sequence[int] | np.ndarray) -> float:
+    def amplification(self, returned: Returned) -> float:
         """How much the decode from ``returned`` can magnify errors in the results.
 
         The decode's Lebesgue constant ``max_j sum_l |D[j, l]|``: 1 for repetition, small
@@ -137,28 +143,26 @@ class Code:
         return float(np.abs(self.decoding_matrix(returned)).sum(axis=1).max())
 
     # -- data --------------------------------------------------------------------
-    def encode(self, blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    def encode(self, blocks: Blocks) -> NDArray[Any]:
         """Encode K blocks of shape (K, ...) into N coded blocks of shape (N, ...)."""
         blocks = self._stack(blocks, self.K, "blocks")
         return _contract(self.encoding_matrix(), blocks)
 
-    def decode(
-        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int] | np.ndarray
-    ) -> np.ndarray:
+    def decode(self, results: Blocks, returned: Returned) -> NDArray[Any]:
         """Decode K output blocks from ``results[l]``, the result of worker ``returned[l]``."""
         idx = as_returned(returned, self.N)
         results = self._stack(results, idx.size, "results")
         return _contract(self.decoding_matrix(idx), results)
 
     @staticmethod
-    def _stack(blocks: Any, n: int, what: str) -> np.ndarray:
+    def _stack(blocks: Blocks, n: int, what: str) -> NDArray[Any]:
         arr = np.asarray(blocks) if not isinstance(blocks, (list, tuple)) else np.stack(blocks)
         if arr.ndim == 0 or arr.shape[0] != n:
             raise ValueError(f"expected {n} {what} along axis 0, got shape {arr.shape}")
         return arr
 
     # -- configuration -------------------------------------------------------------
-    def get_config(self) -> dict[str, Any]:
+    def get_config(self) -> CodeConfig:
         """A JSON-serialisable description; ``from_config(get_config())`` rebuilds the code."""
         return {"name": self.name, "K": self.K, "N": self.N}
 
@@ -196,7 +200,7 @@ class InterpolatingCode(Code):
 
     exact = False
     systematic: bool = False
-    systematic_workers: np.ndarray | None = None
+    systematic_workers: IndexArray | None = None
     #: The leave-one-out factor of the error estimate is clipped to this range.
     calibration_range: ClassVar[tuple[float, float]] = (1.0, 4.0)
 
@@ -205,17 +209,17 @@ class InterpolatingCode(Code):
         """The decoder passes through the returned results (a systematic block is exact)."""
         return True
 
-    def interpolant(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def interpolant(self, targets: FloatArray, nodes: FloatArray) -> FloatArray:
         """The decoder through the strictly monotone ``nodes`` at ``targets``, a matrix."""
         raise NotImplementedError
 
-    def companion(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def companion(self, targets: FloatArray, nodes: FloatArray) -> FloatArray:
         """The embedded pair's second interpolant (same shape as :meth:`interpolant`)."""
         raise NotImplementedError
 
     def loo_matrices(
-        self, z: np.ndarray, base: np.ndarray, targets: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self, z: FloatArray, base: IntArray, targets: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
         """Leave-one-out rows of :meth:`interpolant` and :meth:`companion`: for each target
         index k, the interpolants through the points ``z[base]`` other than k, evaluated at
         ``z[k]``, as rows over all of z (zeros elsewhere; all zeros with fewer than 2 points
@@ -226,8 +230,11 @@ class InterpolatingCode(Code):
 
     @staticmethod
     def _loo_rows(
-        interpolant: Any, z: np.ndarray, base: np.ndarray, targets: np.ndarray
-    ) -> np.ndarray:
+        interpolant: Callable[[FloatArray, FloatArray], FloatArray],
+        z: FloatArray,
+        base: IntArray,
+        targets: IntArray,
+    ) -> FloatArray:
         base = np.asarray(base, dtype=int)
         out = np.zeros((len(targets), z.size))
         for r, k in enumerate(np.asarray(targets, dtype=int)):
@@ -240,14 +247,14 @@ class InterpolatingCode(Code):
     def min_results(self) -> int:
         return 1
 
-    def is_exact(self, returned: Sequence[int] | np.ndarray) -> bool:
+    def is_exact(self, returned: Returned) -> bool:
         """Systematic only: every block's own (systematic) worker is in ``returned``."""
         if self.systematic_workers is None or not self.interpolates or len(returned) == 0:
             return False
         have = set(as_returned(returned, self.N).tolist())
         return all(int(i) in have for i in self.systematic_workers)
 
-    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
+    def decoding_matrix(self, returned: Returned) -> FloatArray:
         idx = as_returned(returned, self.N)
         order = np.argsort(idx, kind="stable")  # ascending worker index: monotone points
         sorted_matrix = self.interpolant(self._alpha, self._z[idx[order]])
@@ -256,7 +263,7 @@ class InterpolatingCode(Code):
         return out
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
     if value < 1:
@@ -264,19 +271,17 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def _contract(matrix: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+def _contract(matrix: FloatArray, blocks: NDArray[Any]) -> NDArray[Any]:
     """``out[r] = sum_c matrix[r, c] blocks[c]``: one BLAS matmul over flattened blocks."""
     if blocks.dtype.kind not in "biuf":
         raise TypeError(f"blocks must be real numeric, got dtype {blocks.dtype}")
     dtype = blocks.dtype if blocks.dtype.kind == "f" else np.dtype(np.float64)
     flat = blocks.reshape(blocks.shape[0], -1).astype(dtype, copy=False)
-    out = matrix.astype(dtype, copy=False) @ flat
+    out: NDArray[Any] = matrix.astype(dtype, copy=False) @ flat
     return out.reshape((matrix.shape[0], *blocks.shape[1:]))
 
 
-def decode_residual(
-    code: Code, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int] | np.ndarray
-) -> float | None:
+def decode_residual(code: Code, results: Blocks, returned: Returned) -> float | None:
     """``||C @ results|| / ||results||`` for the code's :meth:`~Code.check_matrix` C: about
     1e-16 times the decode's amplification when the exact decode's assumption holds, of
     the order of the decode's error when it does not. None when nothing can be checked."""

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from ._types import CodeConfig, FloatArray
 from .base import InterpolatingCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
 
@@ -15,7 +14,7 @@ __all__ = ["BerrutCode", "barycentric_matrix", "berrut_matrix", "floater_hormann
 COINCIDENCE_TOL = 1e-12
 
 
-def barycentric_matrix(targets: np.ndarray, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def barycentric_matrix(targets: FloatArray, nodes: FloatArray, weights: FloatArray) -> FloatArray:
     """Barycentric interpolant ``sum_l w_l y_l/(x-n_l) / sum_l w_l/(x-n_l)`` as a matrix.
 
     Returns the (len(targets), len(nodes)) matrix; a target that coincides with a node
@@ -36,7 +35,7 @@ def barycentric_matrix(targets: np.ndarray, nodes: np.ndarray, weights: np.ndarr
     return out
 
 
-def berrut_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+def berrut_matrix(targets: FloatArray, nodes: FloatArray) -> FloatArray:
     """Berrut's first rational interpolant through monotone ``nodes``, evaluated at ``targets``.
 
     Returns the (len(targets), len(nodes)) matrix M with
@@ -47,7 +46,7 @@ def berrut_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     return barycentric_matrix(targets, nodes, np.where(np.arange(nodes.size) % 2 == 0, 1.0, -1.0))
 
 
-def floater_hormann_weights(nodes: np.ndarray, d: int) -> np.ndarray:
+def floater_hormann_weights(nodes: FloatArray, d: int) -> FloatArray:
     """Barycentric weights of the Floater-Hormann interpolant of degree ``d``.
 
     ``nodes`` must be strictly monotone. ``d = 0`` gives Berrut's ``(-1)^k``; ``d`` is
@@ -108,15 +107,15 @@ class BerrutCode(InterpolatingCode):
             self._z = chebyshev_second(self.N)
             self.systematic_workers = None
 
-    def interpolant(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def interpolant(self, targets: FloatArray, nodes: FloatArray) -> FloatArray:
         return berrut_matrix(targets, nodes)
 
-    def companion(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def companion(self, targets: FloatArray, nodes: FloatArray) -> FloatArray:
         # Floater-Hormann of degree 1, one order more accurate (codes/estimate.py)
         return barycentric_matrix(targets, nodes, floater_hormann_weights(nodes, 1))
 
-    def encoding_matrix(self) -> np.ndarray:
+    def encoding_matrix(self) -> FloatArray:
         return berrut_matrix(self._z, self._alpha)
 
-    def get_config(self) -> dict[str, Any]:
+    def get_config(self) -> CodeConfig:
         return {**super().get_config(), "systematic": self.systematic}

@@ -37,12 +37,15 @@ the client.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..exceptions import InsufficientResults
+from ._types import Blocks, FloatArray, IndexArray, IntArray, Returned
 from .base import AMPLIFICATION_LIMIT, Code, InterpolatingCode, as_returned
 from .berrut import COINCIDENCE_TOL, BerrutCode, barycentric_matrix, floater_hormann_weights
 from .transform import Transform
@@ -51,6 +54,7 @@ __all__ = [
     "MAX_CALIBRATION",
     "MIN_RESULTS",
     "ErrorEstimate",
+    "ErrorEstimateDict",
     "barycentric_matrix",
     "count_sketch",
     "estimate_error",
@@ -64,6 +68,16 @@ __all__ = [
 MAX_CALIBRATION = 4.0
 #: Fewest results an approximate code's estimate is computed from (else it is unknown).
 MIN_RESULTS = 3
+
+
+class ErrorEstimateDict(TypedDict):
+    """:meth:`ErrorEstimate.to_dict`: the estimate's fields, ``nan`` as ``None``."""
+
+    overall: float | None
+    per_block: list[float | None]
+    method: str
+    calibration: float
+    n_results: int
 
 
 @dataclass
@@ -91,13 +105,13 @@ class ErrorEstimate:
     """
 
     overall: float
-    per_block: np.ndarray
+    per_block: FloatArray
     method: str
     calibration: float = 1.0
     n_results: int = 0
     capped: list[int] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ErrorEstimateDict:
         """JSON-serialisable fields (``nan`` becomes ``None``)."""
 
         def num(x: float) -> float | None:
@@ -118,8 +132,8 @@ SKETCH_MAX_ENTRIES = 1 << 18
 
 
 def count_sketch(
-    array: np.ndarray, size: int = 256, seed: int = 0, max_entries: int = SKETCH_MAX_ENTRIES
-) -> np.ndarray:
+    array: ArrayLike, size: int = 256, seed: int = 0, max_entries: int = SKETCH_MAX_ENTRIES
+) -> FloatArray:
     """A linear sketch of ``array`` (flattened) into ``size`` numbers that keeps norms.
 
     Each entry is added, with a random sign, into one of ``size`` buckets (a count sketch):
@@ -153,7 +167,7 @@ def count_sketch(
     return out[0::2] - out[1::2]
 
 
-def sample_sketch(array: np.ndarray, size: int = 256, seed: int = 0) -> np.ndarray:
+def sample_sketch(array: ArrayLike, size: int = 256, seed: int = 0) -> FloatArray:
     """The same whole rows (last axis) of every equal-shape result, about ``size`` entries.
 
     Unlike :func:`count_sketch` a sample commutes with elementwise and row-wise maps, so
@@ -175,8 +189,8 @@ def sample_sketch(array: np.ndarray, size: int = 256, seed: int = 0) -> np.ndarr
 
 
 def sketch(
-    array: np.ndarray, size: int = 256, seed: int = 0, transform: Transform | None = None
-) -> np.ndarray:
+    array: ArrayLike, size: int = 256, seed: int = 0, transform: Transform | None = None
+) -> FloatArray:
     """The sketch :func:`estimate_error` needs: a count sketch, or with ``transform`` a
     row sample (:func:`sample_sketch`)."""
     if transform is None:
@@ -184,22 +198,19 @@ def sketch(
     return sample_sketch(array, size, seed)
 
 
-def _sorted(
-    code: Code, returned: Sequence[int] | np.ndarray, results: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _sorted(code: Code, returned: Returned, results: ArrayLike) -> tuple[IndexArray, FloatArray]:
     idx = as_returned(returned, code.N)
     order = np.argsort(idx, kind="stable")  # ascending worker index: monotone points
     Y = np.asarray(results, dtype=np.float64).reshape(idx.size, -1)[order]
     return idx[order], Y
 
 
-def _norms(M: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.einsum("ij,ij->i", M, M))
+def _norms(M: FloatArray) -> FloatArray:
+    sq: FloatArray = np.einsum("ij,ij->i", M, M)
+    return np.sqrt(sq)
 
 
-def loo_matrices(
-    z: np.ndarray, base: np.ndarray, targets: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def loo_matrices(z: FloatArray, base: IntArray, targets: IntArray) -> tuple[FloatArray, FloatArray]:
     """Leave-one-out interpolation matrices, all targets at once.
 
     For each target point ``z[k]`` (k in ``targets``), the Berrut (P0) and degree-1
@@ -232,7 +243,7 @@ def loo_matrices(
     w1 = np.where(n_left[:, None] >= 2, w1, w0)  # one point left: degree 0
     diff = z[targets][:, None] - zb[None, :]
     hit = keep & (np.abs(diff) <= COINCIDENCE_TOL)
-    out = []
+    out: list[FloatArray] = []
     for w in (w0, w1):
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = np.where(keep, w / np.where(hit | ~keep, 1.0, diff), 0.0)
@@ -251,8 +262,8 @@ def loo_matrices(
 
 
 def loo_pair(
-    code: InterpolatingCode, z: np.ndarray, base: np.ndarray, targets: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    code: InterpolatingCode, z: FloatArray, base: IntArray, targets: IntArray
+) -> tuple[FloatArray, FloatArray]:
     """:func:`loo_matrices` for any interpolating code (its :meth:`interpolant` and
     :meth:`companion`); Berrut's codes take the vectorised function."""
     if isinstance(code, BerrutCode):
@@ -262,9 +273,9 @@ def loo_pair(
 
 def _loo_calibration(
     code: InterpolatingCode,
-    z: np.ndarray,
-    Y: np.ndarray,
-    out: Callable[[np.ndarray], np.ndarray],
+    z: FloatArray,
+    Y: FloatArray,
+    out: Callable[[FloatArray], FloatArray],
     loo_points: int,
 ) -> float:
     """sqrt(sum true LOO error^2 / sum embedded estimate^2) at interior returned points,
@@ -297,8 +308,8 @@ def _loo_calibration(
 
 def estimate_error(
     code: Code,
-    results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int] | np.ndarray,
+    results: Blocks,
+    returned: Returned,
     *,
     transform: Transform | None = None,
     loo_points: int = 64,
@@ -391,14 +402,14 @@ def estimate_error(
     )
 
 
-def unit_scale(Y: np.ndarray) -> np.ndarray:
+def unit_scale(Y: FloatArray) -> FloatArray:
     """Results scaled to at most 1 in magnitude, for figures that compare ratios: squares
     of data near 1e200 would overflow."""
     peak = float(np.abs(Y).max()) if Y.size else 0.0
     return Y / peak if peak > 0 and np.isfinite(peak) else Y
 
 
-def _identity(V: np.ndarray) -> np.ndarray:
+def _identity(V: FloatArray) -> FloatArray:
     return V
 
 
@@ -409,7 +420,7 @@ class InverseRows:
     def __init__(self, transform: Transform, inner: tuple[int, ...]):
         self.transform, self.inner = transform, inner
 
-    def __call__(self, V: np.ndarray) -> np.ndarray:
+    def __call__(self, V: FloatArray) -> FloatArray:
         rows = V.shape[0]
         with np.errstate(over="ignore", invalid="ignore"):  # overshoots are what it measures
             out = self.transform.inverse(V.reshape(rows, *self.inner))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 from numpy.polynomial import chebyshev
 
 from ..exceptions import InsufficientResults
+from ._types import CodeConfig, FloatArray, Returned
 from .base import Code, _positive_int, as_returned
 from .berrut import barycentric_matrix
 from .points import chebyshev_first, chebyshev_second
@@ -16,7 +14,7 @@ from .points import chebyshev_first, chebyshev_second
 __all__ = ["LagrangeCode", "lagrange_matrix"]
 
 
-def lagrange_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+def lagrange_matrix(targets: FloatArray, nodes: FloatArray) -> FloatArray:
     """Lagrange basis of ``nodes`` evaluated at ``targets`` (barycentric form, second kind).
 
     Returns the (len(targets), len(nodes)) matrix ``L[t, l] = ell_l(x_t)``; a target that
@@ -78,10 +76,10 @@ class LagrangeCode(Code):
     def min_results(self) -> int:
         return self.degree * (self.K - 1) + 1
 
-    def encoding_matrix(self) -> np.ndarray:
+    def encoding_matrix(self) -> FloatArray:
         return lagrange_matrix(self._z, self._alpha)
 
-    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
+    def decoding_matrix(self, returned: Returned) -> FloatArray:
         idx = as_returned(returned, self.N)
         need = self.min_results
         if idx.size < need:
@@ -96,7 +94,7 @@ class LagrangeCode(Code):
         coefficients = np.linalg.lstsq(fit, np.eye(idx.size), rcond=None)[0]
         return chebyshev.chebvander(self._alpha, need - 1) @ coefficients
 
-    def check_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray | None:
+    def check_matrix(self, returned: Returned) -> FloatArray | None:
         """``I - V V^+`` over the returned points (V: the Chebyshev basis up to the
         threshold's degree): zero on results of a polynomial f of this degree. None at the
         threshold itself, where any values fit."""
@@ -107,5 +105,5 @@ class LagrangeCode(Code):
         V = chebyshev.chebvander(self._z[idx], need - 1)
         return np.eye(idx.size) - V @ np.linalg.pinv(V)
 
-    def get_config(self) -> dict[str, Any]:
+    def get_config(self) -> CodeConfig:
         return {**super().get_config(), "degree": self.degree}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._types import FloatArray, IndexArray
+
 __all__ = [
     "chebyshev_first",
     "chebyshev_second",
@@ -13,7 +15,7 @@ __all__ = [
 ]
 
 
-def chebyshev_first(n: int) -> np.ndarray:
+def chebyshev_first(n: int) -> FloatArray:
     """Chebyshev points of the first kind, ``cos((2j+1) pi / (2n))``, strictly decreasing.
 
     These are the data points ``alpha_j`` of every code.
@@ -24,7 +26,7 @@ def chebyshev_first(n: int) -> np.ndarray:
     return np.cos((2 * j + 1) * np.pi / (2 * n))
 
 
-def chebyshev_second(n: int) -> np.ndarray:
+def chebyshev_second(n: int) -> FloatArray:
     """Chebyshev points of the second kind, ``cos(i pi / (n-1))``, strictly decreasing.
 
     For ``n == 1`` the single point is 0. These are the default worker points ``z_i``.
@@ -37,7 +39,7 @@ def chebyshev_second(n: int) -> np.ndarray:
     return np.cos(i * np.pi / (n - 1))
 
 
-def systematic_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+def systematic_points(k: int, n: int) -> tuple[FloatArray, IndexArray]:
     """Worker points of systematic Berrut: the K data points plus N-K further points.
 
     Start from the N Chebyshev points of the second kind (the plain Berrut worker points)
@@ -60,7 +62,7 @@ def systematic_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return place_systematic(chebyshev_first(k), chebyshev_second(n))
 
 
-def place_systematic(alpha: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def place_systematic(alpha: FloatArray, z: FloatArray) -> tuple[FloatArray, IndexArray]:
     """Move, for each data point in turn, the nearest not-yet-moved worker point onto it.
 
     ``alpha`` (k,) and ``z`` (n >= k,) are strictly decreasing; returns the strictly
@@ -82,7 +84,7 @@ def place_systematic(alpha: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.n
     return z, systematic
 
 
-def equispaced(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+def equispaced(k: int, n: int) -> tuple[FloatArray, FloatArray]:
     """The spline codes' points, both strictly decreasing: data points at the midpoints of
     k equal cells of ``[-1, 1]``, ``1 - (2j+1)/k``, and n worker points spanning it,
     ``1 - 2i/(n-1)`` (0 for n == 1)."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from .base import Code
 from .berrut import BerrutCode
@@ -25,8 +26,10 @@ ALIASES = ("systematic-berrut", "systematic-spline")
 
 _REGISTRY: dict[str, type[Code]] = {}
 
+_C = TypeVar("_C", bound=type[Code])
 
-def register_code(cls: type[Code]) -> type[Code]:
+
+def register_code(cls: _C) -> _C:
     """Register a :class:`Code` subclass under its ``name`` (usable as a decorator)."""
     if not (isinstance(cls, type) and issubclass(cls, Code)) or not cls.name:
         raise TypeError(f"can only register Code subclasses with a name, got {cls!r}")
@@ -53,7 +56,7 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Code], dict[str, 
         raise unknown_code(name, [*registered_codes(), *ALIASES]) from None
 
 
-def unknown_code(name: str, known: list[str]) -> ValueError:
+def unknown_code(name: str, known: Sequence[str]) -> ValueError:
     """The error for a code name that is not one of ``known``, with the nearest match."""
     import difflib
 
@@ -62,7 +65,7 @@ def unknown_code(name: str, known: list[str]) -> ValueError:
     return ValueError(f"unknown code {name!r}{hint}; the codes are {sorted(known)}")
 
 
-def code_label(config: dict[str, Any]) -> str:
+def code_label(config: Mapping[str, object]) -> str:
     """The name a user gives for a code's ``get_config()``: ``"systematic-spline"`` for a
     systematic spline code (the aliases), the registry name otherwise."""
     name = str(config.get("name", "?"))

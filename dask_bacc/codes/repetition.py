@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..exceptions import InsufficientResults
+from ._types import Blocks, CodeConfig, FloatArray, IndexArray, Returned
 from .base import Code, as_returned
 
 __all__ = ["RepetitionCode", "Uncoded"]
@@ -36,12 +37,12 @@ class RepetitionCode(Code):
     def min_results(self) -> int:
         return self.K
 
-    def can_decode(self, returned: Sequence[int] | np.ndarray) -> bool:
+    def can_decode(self, returned: Returned) -> bool:
         if len(returned) == 0:
             return False
         return len({int(i) % self.K for i in as_returned(returned, self.N)}) == self.K
 
-    def _sources(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
+    def _sources(self, returned: Returned) -> IndexArray:
         """Column of ``returned`` that supplies each block: its lowest-index returned copy."""
         idx = as_returned(returned, self.N)
         source = np.full(self.K, -1, dtype=np.intp)
@@ -55,24 +56,22 @@ class RepetitionCode(Code):
             )
         return source
 
-    def encoding_matrix(self) -> np.ndarray:
+    def encoding_matrix(self) -> FloatArray:
         out = np.zeros((self.N, self.K))
         out[np.arange(self.N), np.arange(self.N) % self.K] = 1.0
         return out
 
-    def decoding_matrix(self, returned: Sequence[int] | np.ndarray) -> np.ndarray:
+    def decoding_matrix(self, returned: Returned) -> FloatArray:
         source = self._sources(returned)
         out = np.zeros((self.K, len(returned)))
         out[np.arange(self.K), source] = 1.0
         return out
 
-    def encode(self, blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    def encode(self, blocks: Blocks) -> NDArray[Any]:
         blocks = self._stack(blocks, self.K, "blocks")
         return np.take(blocks, np.arange(self.N) % self.K, axis=0)
 
-    def decode(
-        self, results: np.ndarray | Sequence[np.ndarray], returned: Sequence[int] | np.ndarray
-    ) -> np.ndarray:
+    def decode(self, results: Blocks, returned: Returned) -> NDArray[Any]:
         source = self._sources(returned)
         results = self._stack(results, len(returned), "results")
         return np.take(results, source, axis=0)
@@ -90,5 +89,5 @@ class Uncoded(RepetitionCode):
                 f"uncoded computing runs exactly N = K tasks, got K={self.K}, N={self.N}"
             )
 
-    def get_config(self) -> dict[str, Any]:
+    def get_config(self) -> CodeConfig:
         return {"name": self.name, "K": self.K}

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 from numpy.polynomial import chebyshev
+from numpy.typing import NDArray
 
+from ._types import Blocks, FloatArray, Returned
 from .base import Code, InterpolatingCode
 from .berrut import BerrutCode
 from .estimate import MAX_CALIBRATION, _sorted, loo_matrices, loo_pair, unit_scale
@@ -94,8 +96,8 @@ def _check_interpolating(code: Code, what: str) -> InterpolatingCode:
 
 
 def approxifer_votes(
-    z: np.ndarray, Y: np.ndarray, K: int, adversaries: int, max_coords: int = 64
-) -> np.ndarray:
+    z: FloatArray, Y: FloatArray, K: int, adversaries: int, max_coords: int = 64
+) -> FloatArray:
     """Share of output coordinates in which each point is among the A smallest ``|Q(z_i)|``.
 
     ``z`` (M,) are the returned worker points, ``Y`` (M, C) their results (or sketches).
@@ -118,41 +120,42 @@ def approxifer_votes(
     q = np.abs(np.einsum("md,cd->cm", V, vt[:, -1, d:]))
     smallest = np.argsort(q, axis=1)[:, :adversaries]
     np.add.at(votes, smallest.ravel(), 1.0)
-    return votes / cols.size
+    share: FloatArray = votes / cols.size
+    return share
 
 
 @overload
 def loo_consistency(
-    z: np.ndarray,
-    Y: np.ndarray,
+    z: FloatArray,
+    Y: FloatArray,
     exclude: Sequence[int] = ...,
     residuals: Literal[False] = ...,
     code: InterpolatingCode | None = ...,
-) -> np.ndarray: ...
+) -> FloatArray: ...
 @overload
 def loo_consistency(
-    z: np.ndarray,
-    Y: np.ndarray,
+    z: FloatArray,
+    Y: FloatArray,
     exclude: Sequence[int] = ...,
     *,
     residuals: Literal[True],
     code: InterpolatingCode | None = ...,
-) -> tuple[np.ndarray, np.ndarray]: ...
+) -> tuple[FloatArray, FloatArray]: ...
 @overload
 def loo_consistency(
-    z: np.ndarray,
-    Y: np.ndarray,
+    z: FloatArray,
+    Y: FloatArray,
     exclude: Sequence[int] = ...,
     residuals: bool = ...,
     code: InterpolatingCode | None = ...,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray]: ...
+) -> FloatArray | tuple[FloatArray, FloatArray]: ...
 def loo_consistency(
-    z: np.ndarray,
-    Y: np.ndarray,
+    z: FloatArray,
+    Y: FloatArray,
     exclude: Sequence[int] = (),
     residuals: bool = False,
     code: InterpolatingCode | None = None,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+) -> FloatArray | tuple[FloatArray, FloatArray]:
     """Leave-one-out ratio ``t_l`` of every point, predicting only from points not excluded.
 
     ``t_l = ||r0(z_l) - y_l|| / s_l`` where r0 is Berrut's interpolant through the
@@ -207,12 +210,13 @@ def loo_consistency(
     return (t, rho) if residuals else t
 
 
-def _sqnorm(M: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->i", M, M)
+def _sqnorm(M: FloatArray) -> FloatArray:
+    sq: FloatArray = np.einsum("ij,ij->i", M, M)
+    return sq
 
 
 def _greedy(
-    z: np.ndarray, Y: np.ndarray, rounds: int, tau: float, code: InterpolatingCode | None
+    z: FloatArray, Y: FloatArray, rounds: int, tau: float, code: InterpolatingCode | None
 ) -> list[int]:
     """Remove the least consistent point while its ratio exceeds ``tau``, ``rounds`` times."""
     out: list[int] = []
@@ -227,8 +231,8 @@ def _greedy(
 
 
 def _confirm(
-    z: np.ndarray,
-    Y: np.ndarray,
+    z: FloatArray,
+    Y: FloatArray,
     candidates: Iterable[int],
     limit: int,
     tau: float,
@@ -266,8 +270,8 @@ def _confirm(
 
 def locate_corrupted(
     code: Code,
-    results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int] | np.ndarray,
+    results: Blocks,
+    returned: Returned,
     adversaries: int,
     *,
     tau: float = DEFAULT_TAU,
@@ -334,8 +338,8 @@ def locate_corrupted(
 
 def detect_inconsistent(
     code: Code,
-    results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int] | np.ndarray,
+    results: Blocks,
+    returned: Returned,
     *,
     tau: float = DEFAULT_TAU,
     max_flags: int = 2,
@@ -371,12 +375,12 @@ def _loo_code(code: InterpolatingCode) -> InterpolatingCode | None:
 
 def robust_decode(
     code: Code,
-    results: np.ndarray | Sequence[np.ndarray],
-    returned: Sequence[int] | np.ndarray,
+    results: Blocks,
+    returned: Returned,
     adversaries: int,
     *,
     tau: float = DEFAULT_TAU,
-) -> tuple[np.ndarray, Screening]:
+) -> tuple[NDArray[Any], Screening]:
     """Locate up to ``adversaries`` corrupted results and decode without them.
 
     Returns the decoded blocks (as :meth:`Code.decode`) and the :class:`Screening`.

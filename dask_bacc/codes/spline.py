@@ -16,10 +16,9 @@ codes stay free of SciPy as well as of dask.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from ._types import CodeConfig, FloatArray, IntArray
 from .base import InterpolatingCode
 from .berrut import barycentric_matrix, floater_hormann_weights
 from .points import equispaced, place_systematic
@@ -27,7 +26,7 @@ from .points import equispaced, place_systematic
 __all__ = ["SplineCode", "spline_matrix"]
 
 
-def _second_derivatives(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _second_derivatives(x: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(R, QT)`` of the natural spline through increasing ``x``: the interior second
     derivatives are ``R^-1 QT y`` (Green & Silverman's ``gamma = R^-1 Q^T g``)."""
     m = x.size
@@ -43,7 +42,7 @@ def _second_derivatives(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return R, QT
 
 
-def spline_matrix(targets: np.ndarray, nodes: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
+def spline_matrix(targets: FloatArray, nodes: FloatArray, smoothing: float = 0.0) -> FloatArray:
     """The cubic spline through strictly increasing ``nodes``, evaluated at ``targets``.
 
     Returns the (len(targets), len(nodes)) matrix S with ``g(targets) = S @ y`` for values
@@ -76,7 +75,9 @@ def spline_matrix(targets: np.ndarray, nodes: np.ndarray, smoothing: float = 0.0
     hi = h[i][:, None]
     A = ((x[i + 1] - t) / h[i])[:, None]
     B = 1.0 - A
-    out = A * G[i] + B * G[i + 1] + ((A**3 - A) * M[i] + (B**3 - B) * M[i + 1]) * hi**2 / 6.0
+    out: FloatArray = (
+        A * G[i] + B * G[i + 1] + ((A**3 - A) * M[i] + (B**3 - B) * M[i + 1]) * hi**2 / 6.0
+    )
     # beyond the ends: the tangent line at the outermost node
     lo, up = t < x[0], t > x[-1]
     if lo.any():
@@ -88,7 +89,7 @@ def spline_matrix(targets: np.ndarray, nodes: np.ndarray, smoothing: float = 0.0
     return out
 
 
-def natural_rows(t: np.ndarray, x: np.ndarray) -> np.ndarray:
+def natural_rows(t: FloatArray, x: FloatArray) -> FloatArray:
     """Batched single rows of the natural interpolating spline: row r evaluates the spline
     through the increasing nodes ``x[r]`` (shape (T, n), n >= 3) at ``t[r]``.
 
@@ -141,7 +142,7 @@ def natural_rows(t: np.ndarray, x: np.ndarray) -> np.ndarray:
     return a
 
 
-def _increasing(targets: np.ndarray, nodes: np.ndarray, smoothing: float) -> np.ndarray:
+def _increasing(targets: FloatArray, nodes: FloatArray, smoothing: float) -> FloatArray:
     """:func:`spline_matrix` for nodes in either monotone order (columns kept in order)."""
     order = np.argsort(nodes, kind="stable")
     out = np.empty((np.atleast_1d(targets).size, nodes.size))
@@ -194,7 +195,7 @@ class SplineCode(InterpolatingCode):
         self.smoothing = float(smoothing)
         self._set_points(*equispaced(self.K, self.N), systematic)
 
-    def _set_points(self, alpha: np.ndarray, z: np.ndarray, systematic: bool) -> None:
+    def _set_points(self, alpha: FloatArray, z: FloatArray, systematic: bool) -> None:
         if not isinstance(systematic, (bool, np.bool_)):
             raise TypeError(f"systematic must be a bool, got {type(systematic).__name__}")
         if systematic and self.N < self.K:
@@ -212,10 +213,10 @@ class SplineCode(InterpolatingCode):
     def interpolates(self) -> bool:
         return self.smoothing == 0.0
 
-    def interpolant(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def interpolant(self, targets: FloatArray, nodes: FloatArray) -> FloatArray:
         return _increasing(targets, nodes, self.smoothing)
 
-    def companion(self, targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def companion(self, targets: FloatArray, nodes: FloatArray) -> FloatArray:
         # the embedded pair's other member: Floater-Hormann of degree 3, of the spline's
         # order, so that their difference scales like the spline's error and the
         # leave-one-out calibration carries over from the wider gaps; measured against
@@ -227,8 +228,8 @@ class SplineCode(InterpolatingCode):
         return out
 
     def loo_matrices(
-        self, z: np.ndarray, base: np.ndarray, targets: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self, z: FloatArray, base: IntArray, targets: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
         base = np.asarray(base, dtype=int)
         targets = np.asarray(targets, dtype=int)
         if self.smoothing > 0 or base.size < 4:
@@ -253,10 +254,10 @@ class SplineCode(InterpolatingCode):
             P1[group] = self._loo_rows(self.companion, z, base, tg)
         return P0, P1
 
-    def encoding_matrix(self) -> np.ndarray:
+    def encoding_matrix(self) -> FloatArray:
         return _increasing(self._z, self._alpha, 0.0)
 
-    def get_config(self) -> dict[str, Any]:
+    def get_config(self) -> CodeConfig:
         return {
             **super().get_config(),
             "smoothing": self.smoothing,

@@ -14,11 +14,15 @@ Exact codes stay exact up to rounding: they decode ``forward(f(X_j))`` exactly, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["TRANSFORMS", "Transform", "get_transform"]
+__all__ = ["TRANSFORMS", "Transform", "TransformSpec", "get_transform"]
+
+#: A forward or inverse map: an array in, an array of the same shape out.
+ArrayMap: TypeAlias = Callable[[NDArray[Any]], ArrayLike]
 
 
 class Transform:
@@ -35,8 +39,8 @@ class Transform:
 
     def __init__(
         self,
-        forward: Callable[[np.ndarray], np.ndarray],
-        inverse: Callable[[np.ndarray], np.ndarray],
+        forward: ArrayMap,
+        inverse: ArrayMap,
         name: str | None = None,
     ):
         if not callable(forward) or not callable(inverse):
@@ -45,15 +49,15 @@ class Transform:
         self._inverse = inverse
         self.name = name or f"{_name(forward)}/{_name(inverse)}"
 
-    def forward(self, y: Any) -> np.ndarray:
+    def forward(self, y: ArrayLike) -> NDArray[Any]:
         """The map applied to each coded result before decoding."""
         return np.asarray(self._forward(np.asarray(y)))
 
-    def inverse(self, y: Any) -> np.ndarray:
+    def inverse(self, y: ArrayLike) -> NDArray[Any]:
         """The map applied to each decoded block."""
         return np.asarray(self._inverse(np.asarray(y)))
 
-    def after(self, func: Callable[..., Any]) -> Callable[..., Any]:
+    def after(self, func: Callable[..., Any]) -> Callable[..., NDArray[Any]]:
         """``func`` followed by :meth:`forward` (picklable): what a coded task runs."""
         return _Then(func, self)
 
@@ -76,29 +80,31 @@ class _Then:
         self.func, self.transform = func, transform
         self.__name__ = getattr(func, "__name__", type(func).__name__)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+    def __call__(self, *args: Any, **kwargs: Any) -> NDArray[Any]:
         return self.transform.forward(self.func(*args, **kwargs))
 
 
-def _name(func: Any) -> str:
+def _name(func: object) -> str:
     return getattr(func, "__name__", type(func).__name__)
 
 
-def _float(y: np.ndarray) -> np.ndarray:
+def _float(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
     return y if y.dtype.kind == "f" else y.astype(np.float64)
 
 
-def safe_log(y: np.ndarray) -> np.ndarray:
+def safe_log(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
     """``log(max(y, tiny))``, ``tiny`` the smallest normal number of y's float dtype."""
     y = _float(y)
-    return np.log(np.maximum(y, np.finfo(y.dtype).tiny))
+    out: NDArray[np.floating[Any]] = np.log(np.maximum(y, np.finfo(y.dtype).tiny))
+    return out
 
 
-def softmax(y: np.ndarray) -> np.ndarray:
+def softmax(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
     """``exp(y)`` renormalised so that each row (the last axis) sums to 1."""
     y = _float(y)
     e = np.exp(y - y.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    out: NDArray[np.floating[Any]] = e / e.sum(axis=-1, keepdims=True)
+    return out
 
 
 #: The presets :func:`get_transform` accepts by name.
@@ -109,7 +115,11 @@ TRANSFORMS: dict[str, Transform] = {
 }
 
 
-def get_transform(spec: Any) -> Transform | None:
+#: What ``transform=`` takes: see :func:`get_transform`.
+TransformSpec: TypeAlias = str | tuple[ArrayMap, ArrayMap] | Transform | None
+
+
+def get_transform(spec: TransformSpec) -> Transform | None:
     """The transform for ``transform=``: a preset name, a ``(forward, inverse)`` pair, a
     :class:`Transform`, or None (no transform).
 
