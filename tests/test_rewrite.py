@@ -516,3 +516,35 @@ async def test_rewrite_config_is_taken_on_the_client(c, s, *workers):
         z = dask_bacc.coded(x.map_blocks(np.square))
     # exact (Berrut would only approximate the square), with the plain map's dtype
     np.testing.assert_array_equal(await c.compute(z), np.arange(16.0).reshape(8, 2) ** 2)
+
+
+def test_find_map_gives_each_kind_its_adapter_which_pickles_to_the_driver():
+    """One adapter per kind (``call.adapter``, named by ``call.kind``); it travels pickled,
+    inside the call the driver task takes (``without_result``)."""
+    import pickle
+
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from dask_bacc.collections import rewrite_kinds as kinds
+
+    x = da.ones((8, 2), chunks=(2, 2))
+    ddf = dd.from_pandas(pd.DataFrame({"a": np.arange(8.0)}), npartitions=2)
+    arr = xr.DataArray(np.ones((8, 2)), dims=("time", "x")).chunk({"time": 2})
+    cases = [
+        (x.map_blocks(np.tanh), kinds.ArrayRewrite, "dask.array"),
+        (ddf.map_partitions(np.tanh), kinds.FrameRewrite, "dask.dataframe"),
+        (
+            xr.apply_ufunc(np.tanh, arr, dask="parallelized"),
+            kinds.ApplyUfuncRewrite,
+            "xarray.apply_ufunc",
+        ),
+        (xr.map_blocks(np.tanh, arr), kinds.XarrayMapBlocksRewrite, "xarray.map_blocks"),
+    ]
+    for collection, adapter_type, name in cases:
+        call = find_map(collection)
+        assert type(call.adapter) is adapter_type and call.kind == call.adapter.name == name
+        sent = pickle.loads(pickle.dumps(call.without_result()))
+        assert type(sent.adapter) is adapter_type and sent.kind == name
+        assert sent.result is None and sent.func is np.tanh and sent.dim == call.dim
+    assert find_map(cases[-1][0]).dim == "time"

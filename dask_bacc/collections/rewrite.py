@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import RewriteError
+from .rewrite_kinds import APPLY_UFUNC, ARRAY, FRAME, XARRAY_MAP_BLOCKS, RewriteKind
 
 __all__ = ["MapCall", "RewriteError", "find_map"]
 
@@ -33,14 +34,19 @@ class MapCall:
 
     Attributes
     ----------
-    kind : {"dask.array", "dask.dataframe", "xarray.apply_ufunc", "xarray.map_blocks"}
+    adapter : RewriteKind
+        What ``coded`` does for this kind of map (:mod:`.rewrite_kinds`): one of
+        ``ARRAY``, ``APPLY_UFUNC``, ``FRAME``, ``XARRAY_MAP_BLOCKS``.
+    kind : str
+        The adapter's printable name: ``"dask.array"``, ``"dask.dataframe"``,
+        ``"xarray.apply_ufunc"`` or ``"xarray.map_blocks"``.
     func : callable
     data : dask array, dask DataFrame/Series, or xarray object
         The chunked input (for ``xarray.apply_ufunc``, the DataArray's dask array).
     args : tuple
     kwargs : dict
     result : the collection that was rewritten (its chunks, dtypes and labels describe the
-        output).
+        output), or None in the driver task (:meth:`without_result`).
 
     dim : str or None
         ``xarray.map_blocks``: the chunked dimension.
@@ -49,21 +55,31 @@ class MapCall:
     ``data`` before the driver task sees it.
     """
 
-    __slots__ = ("args", "data", "dim", "func", "kind", "kwargs", "result")
+    __slots__ = ("adapter", "args", "data", "dim", "func", "kwargs", "result")
 
     def __init__(
         self,
-        kind: str,
-        func: Callable,
+        adapter: RewriteKind[Any],
+        func: Callable[..., Any],
         data: Any,
-        args: tuple,
-        kwargs: dict,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         result: Any,
         dim: str | None = None,
     ):
-        self.kind, self.func, self.data = kind, func, data
+        self.adapter, self.func, self.data = adapter, func, data
         self.args, self.kwargs, self.result = tuple(args), dict(kwargs), result
         self.dim = dim
+
+    @property
+    def kind(self) -> str:
+        """The kind's printable name (``adapter.name``)."""
+        return self.adapter.name
+
+    def without_result(self) -> MapCall:
+        """This call without ``result``: what the driver task takes (it needs no output
+        graph, and must not hold the plain map's)."""
+        return MapCall(self.adapter, self.func, self.data, self.args, self.kwargs, None, self.dim)
 
     def __repr__(self) -> str:
         name = getattr(self.func, "__name__", type(self.func).__name__)
@@ -80,14 +96,12 @@ def find_map(collection: Any) -> MapCall:
         parts = _xarray_map_blocks_parts(collection)
         if parts is not None:
             func, data, args, kwargs, dim = parts
-            return MapCall("xarray.map_blocks", func, data, args, kwargs, collection, dim)
+            return MapCall(XARRAY_MAP_BLOCKS, func, data, args, kwargs, collection, dim)
     if isinstance(collection, xr.DataArray):
         if not isinstance(collection.data, da.Array):
             raise RewriteError("the DataArray is not dask-backed: there is no lazy map to code")
         call = _map_blocks_call(collection.data)
-        return MapCall(
-            "xarray.apply_ufunc", call.func, call.data, call.args, call.kwargs, collection
-        )
+        return MapCall(APPLY_UFUNC, call.func, call.data, call.args, call.kwargs, collection)
     if isinstance(collection, xr.Dataset):
         raise RewriteError(
             "cannot rewrite this Dataset: its final operation is not xr.map_blocks (each "
@@ -159,7 +173,7 @@ def _map_blocks_call(x: Any) -> MapCall:
         chunks=chunks,
         meta=np.empty((0,) * len(chunks), dtype=dtype),
     )
-    return MapCall("dask.array", func, data, args, kwargs, x)
+    return MapCall(ARRAY, func, data, args, kwargs, x)
 
 
 def _skip_passthrough(graph: Any, name: str) -> str:
@@ -249,7 +263,7 @@ def _map_partitions_call(obj: Any) -> MapCall:
             "map_partitions; only ddf.map_partitions(f, ...) can be rewritten"
         )
     func, frame, args, kwargs = expr
-    return MapCall("dask.dataframe", func, frame, args, kwargs, obj)
+    return MapCall(FRAME, func, frame, args, kwargs, obj)
 
 
 def _map_partitions_expr(obj: Any) -> tuple[Callable, Any, tuple, dict] | None:

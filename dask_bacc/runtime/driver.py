@@ -14,12 +14,9 @@ import inspect
 import uuid
 from typing import Any
 
-import numpy as np
-
 from .. import config
 from ..codes import Code, code_class
 from ..codes.transform import get_transform
-from ..collections import adapt
 from ..collections.rewrite import MapCall, find_map
 from ..diagnostics.monitor import _jsonable
 from ..exceptions import RewriteError
@@ -113,10 +110,7 @@ def coded(
     _check_common(call.func, code, n_coded, timeout, code_options)
     # what map_coded would reject about the data (non-numeric columns, uneven chunks...)
     # is rejected now, not at compute time inside the driver task; nothing is computed
-    if call.kind == "xarray.map_blocks":
-        adapt(call.data, dim=call.dim)
-    else:
-        adapt(call.data)
+    call.adapter.check(call)
     # decoded through a transform's inverse: float, as for the approximate codes
     exact_dtypes = _keeps_dtype(code) and transform is None
     options = {
@@ -132,12 +126,16 @@ def coded(
     import dask
 
     token = uuid.uuid4().hex
-    driver_call = MapCall(call.kind, call.func, call.data, call.args, call.kwargs, None, call.dim)
-    target = _target(call, exact_dtypes)
+    target = call.adapter.target(call, exact_dtypes)
     driver = dask.delayed(_drive, pure=False)(
-        driver_call, options, settings, target, token, dask_key_name=keys.driver_key(token)
+        call.without_result(),
+        options,
+        settings,
+        target,
+        token,
+        dask_key_name=keys.driver_key(token),
     )
-    return _rebuild(call, driver, target)
+    return call.adapter.rebuild(call, driver, target)
 
 
 def _keeps_dtype(code: str | Code) -> bool:
@@ -154,50 +152,13 @@ def _bacc_settings() -> dict[str, Any]:
     return dask.config.get("bacc") or {}
 
 
-def _target(call: MapCall, exact_dtypes: bool) -> Any:
-    """The output's dtype (arrays) or meta (dataframes): the plain map's, or float64."""
-    if call.kind == "dask.dataframe":
-        meta = call.result._meta
-        if exact_dtypes:
-            return meta
-        if hasattr(meta, "columns"):
-            numeric = [c for c in meta.columns if meta[c].dtype.kind in "biuf"]
-            return meta.astype(dict.fromkeys(numeric, np.float64))
-        return meta.astype(np.float64) if meta.dtype.kind in "biuf" else meta
-    if call.kind == "xarray.map_blocks":
-        # coordinates are labels map_coded restores, not decoded values: their dtype stays
-        coords = set(call.result.coords)
-        return {
-            name: (v.shape, _float_unless(v.dtype, exact_dtypes or name in coords))
-            for name, v in _lazy_variables(call.result).items()
-        }
-    arr = call.result.data if call.kind == "xarray.apply_ufunc" else call.result
-    if any(np.isnan(c) for cs in arr.chunks for c in cs):
-        raise RewriteError("the map's output has unknown chunk sizes; pass chunks= to map_blocks")
-    return _float_unless(arr.dtype, exact_dtypes)
-
-
-def _float_unless(dtype: Any, exact_dtypes: bool) -> np.dtype:
-    dtype = np.dtype(dtype)
-    return dtype if exact_dtypes or dtype.kind == "f" else np.dtype(np.float64)
-
-
-def _lazy_variables(obj: Any) -> dict[Any, Any]:
-    """The dask-backed variables of an xarray object; ``None`` names a DataArray's data."""
-    import dask.array as da
-    import xarray as xr
-
-    if isinstance(obj, xr.DataArray):
-        variables = {None: obj.variable, **{n: c.variable for n, c in obj.coords.items()}}
-    else:
-        variables = dict(obj.variables)
-    return {n: v for n, v in variables.items() if isinstance(v.data, da.Array)}
-
-
-def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str) -> Any:
-    """The driver task: run the coded job from inside the cluster; return the K blocks
-    (for ``xr.map_blocks``, the values of each lazy variable). The job's report goes to
-    the scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`."""
+def _drive(
+    call: MapCall, options: dict[str, Any], settings: dict[str, Any], target: Any, token: str
+) -> object:
+    """The driver task: run the coded job from inside the cluster; return what the
+    collection's chunks read (``call.adapter.blocks``: the K blocks or, for
+    ``xr.map_blocks``, the values of each lazy variable). The job's report goes to the
+    scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`."""
     import dask
     from distributed import get_client, get_worker, secede
 
@@ -212,16 +173,14 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str
     # the client's bacc settings; set only when they differ (the config is process-wide)
     same = dask.config.get("bacc") == settings
     with dask.config.set({} if same else {"bacc": settings}):
-        combine = "concat" if call.kind in ("dask.array", "xarray.apply_ufunc") else "auto"
-        # not dim=None otherwise: the mapped function may take a dim keyword of its own
-        labels: dict[str, Any] = {"dim": call.dim} if call.kind == "xarray.map_blocks" else {}
+        # combine, and labels (dim) only where the kind has them: the mapped function may
+        # take a dim keyword of its own
         job = submit_coded(
             call.func,
             call.data,
             *call.args,
             client=client,
-            combine=combine,
-            **labels,
+            **call.adapter.submit_options(call),
             **options,
             **call.kwargs,
         )
@@ -231,81 +190,7 @@ def _drive(call: MapCall, options: dict, settings: dict, target: Any, token: str
         finally:
             report = _jsonable(job.report.to_dict())
             get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})
-        if call.kind == "xarray.map_blocks":
-            return _xarray_values(client.compute(out).result(), target)
-        parts = out.to_delayed()
-        parts = list(np.ravel(parts)) if call.kind != "dask.dataframe" else list(parts)
-        blocks = client.gather(client.compute(parts))
-    if call.kind == "dask.dataframe":
-        dtypes = target.dtypes.to_dict() if hasattr(target, "columns") else target.dtype
-        return [b.astype(dtypes) for b in blocks]
-    return [np.asarray(b).astype(target, copy=False) for b in blocks]
-
-
-def _xarray_values(out: Any, target: dict) -> dict[Any, np.ndarray]:
-    """The values of each lazy variable of ``xr.map_blocks``' result, from the coded output."""
-    values = {}
-    for name, (shape, dtype) in target.items():
-        if name is None:
-            var = out.variable
-        else:
-            var = out[name].variable if name in out.coords or name in out.variables else None
-        if var is None or var.shape != shape:
-            raise ValueError(
-                f"the coded output's variable {name!r} has shape "
-                f"{None if var is None else var.shape}, but xr.map_blocks expects {shape}: "
-                "f must keep the layout xr.map_blocks' template describes (rows along dim)"
-            )
-        values[name] = np.asarray(var.values).astype(dtype, copy=False)
-    return values
-
-
-def _rebuild(call: MapCall, driver: Any, target: Any) -> Any:
-    """The output collection: chunk j is block j of the driver's result."""
-    if call.kind == "dask.dataframe":
-        import dask.dataframe as dd
-
-        y = call.result
-        return dd.from_delayed(
-            [driver[j] for j in range(y.npartitions)],
-            meta=target,
-            divisions=y.divisions if y.known_divisions else None,
-            verify_meta=False,
-        )
-    import dask.array as da
-
-    if call.kind == "xarray.map_blocks":
-        return _rebuild_xarray(call.result, driver, target)
-    y = call.result.data if call.kind == "xarray.apply_ufunc" else call.result
-    rest = tuple(c[0] for c in y.chunks[1:])
-    arr = da.concatenate(
-        [
-            da.from_delayed(driver[j], shape=(rows, *rest), dtype=target)
-            for j, rows in enumerate(y.chunks[0])
-        ],
-        axis=0,
-    )
-    if call.kind == "xarray.apply_ufunc":
-        return call.result.copy(data=arr)
-    return arr
-
-
-def _rebuild_xarray(y: Any, driver: Any, target: dict) -> Any:
-    """``y`` with every lazy variable read from the driver's result, in ``y``'s chunks."""
-    import dask.array as da
-    import xarray as xr
-
-    lazy = _lazy_variables(y)
-    arrays = {
-        name: da.from_delayed(driver[name], shape=shape, dtype=dtype).rechunk(lazy[name].chunks)
-        for name, (shape, dtype) in target.items()
-    }
-    if isinstance(y, xr.DataArray):
-        out = y.copy(data=arrays.pop(None)) if None in arrays else y.copy()
-    else:
-        out = y.copy(data={n: arrays.pop(n, v.data) for n, v in y.data_vars.items()})
-    coords = {n: (y[n].dims, a, y[n].attrs) for n, a in arrays.items()}
-    return out.assign_coords(coords) if coords else out
+        return call.adapter.blocks(client, out, target)
 
 
 def report_of(collection: Any, client: Any = None) -> Any:

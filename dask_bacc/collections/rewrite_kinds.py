@@ -1,0 +1,381 @@
+"""What ``dask_bacc.coded`` does differently for each kind of rewritten collection.
+
+:func:`~dask_bacc.collections.rewrite.find_map` hands back a
+:class:`~dask_bacc.collections.rewrite.MapCall` that carries one adapter, a
+:class:`RewriteKind`, for the kind of map it found; ``runtime/driver.py`` asks the adapter,
+and never the kind's name, how to check the input, what the output's dtypes are, how to
+submit the coded job, how to turn the job's output into the driver task's result and how
+to rebuild the lazy collection around that task. One adapter per kind:
+
+- :data:`ARRAY`: ``x.map_blocks(f, ...)`` (and other per-block maps) on a dask array;
+- :data:`APPLY_UFUNC`: ``xr.apply_ufunc(f, da, dask="parallelized")``;
+- :data:`FRAME`: ``ddf.map_partitions(f, ...)`` on a dask DataFrame/Series;
+- :data:`XARRAY_MAP_BLOCKS`: ``xr.map_blocks(f, obj)``.
+
+The adapters hold no state and are module-level classes: they travel, pickled inside the
+``MapCall``, to the driver task. Dask and xarray are imported inside the methods that use
+them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
+
+import numpy as np
+
+from ..exceptions import RewriteError
+from . import adapt
+
+if TYPE_CHECKING:
+    import dask.array as da
+    import pandas as pd
+    from dask.delayed import Delayed
+    from distributed import Client
+    from numpy.typing import NDArray
+
+    from .rewrite import MapCall
+
+__all__ = [
+    "APPLY_UFUNC",
+    "ARRAY",
+    "FRAME",
+    "XARRAY_MAP_BLOCKS",
+    "ApplyUfuncRewrite",
+    "ArrayRewrite",
+    "FrameRewrite",
+    "RewriteKind",
+    "XarrayMapBlocksRewrite",
+]
+
+#: What :meth:`RewriteKind.target` describes the output with (a dtype, a meta, ...)
+TargetT = TypeVar("TargetT")
+
+#: ``map_partitions``' target: the output's meta (pandas is not imported here)
+FrameTarget: TypeAlias = "pd.DataFrame | pd.Series[Any]"
+
+#: ``xr.map_blocks``' target: each lazy variable's (shape, dtype); ``None`` names a
+#: DataArray's own data
+XarrayTarget: TypeAlias = dict[Hashable, tuple[tuple[int, ...], np.dtype[Any]]]
+
+
+class RewriteKind(ABC, Generic[TargetT]):
+    """How ``coded`` handles one kind of map over chunks; ``TargetT`` is the kind's target.
+
+    The target (:meth:`target`) describes the output's dtypes; it is computed on the
+    client, passed to the driver task and read again by :meth:`blocks` and :meth:`rebuild`.
+
+    Attributes
+    ----------
+    name : str
+        The kind's printable name (``MapCall.kind``), e.g. ``"dask.array"``.
+    """
+
+    name: ClassVar[str]
+
+    def check(self, call: MapCall) -> None:
+        """Reject, before anything runs, what ``map_coded`` would reject about the input.
+
+        Nothing is computed: this checks the input's chunks and dtypes.
+
+        Parameters
+        ----------
+        call : MapCall
+            The map :func:`~dask_bacc.collections.rewrite.find_map` found.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Non-numeric input, uneven chunks...
+        """
+        adapt(call.data)
+
+    @abstractmethod
+    def target(self, call: MapCall, exact_dtypes: bool) -> TargetT:
+        """The output's dtypes: the plain map's, or float64 where the code approximates.
+
+        Parameters
+        ----------
+        call : MapCall
+            The map found in the collection (``call.result`` describes the output).
+        exact_dtypes : bool
+            Whether the code decodes exactly (and no transform is used): the plain map's
+            dtypes are kept; otherwise numeric outputs become float64.
+
+        Returns
+        -------
+        TargetT
+            What :meth:`blocks` casts to and :meth:`rebuild` declares.
+
+        Raises
+        ------
+        RewriteError
+            The output cannot be rebuilt (e.g. unknown chunk sizes).
+        """
+
+    @abstractmethod
+    def submit_options(self, call: MapCall) -> dict[str, Any]:
+        """Keyword arguments of ``submit_coded`` for this kind: ``combine`` and labels.
+
+        Parameters
+        ----------
+        call : MapCall
+
+        Returns
+        -------
+        dict
+            Always ``combine``; labels (``dim``) only when the kind has them, since the
+            mapped function may take keywords of the same name.
+        """
+
+    @abstractmethod
+    def blocks(self, client: Client, out: Any, target: TargetT) -> object:
+        """The driver task's result, from the coded job's output; runs in the driver task.
+
+        Parameters
+        ----------
+        client : distributed.Client
+            The worker's client.
+        out : dask collection
+            ``job.result()``: the coded job's lazy output, of the input's kind.
+        target : TargetT
+            :meth:`target`'s result.
+
+        Returns
+        -------
+        object
+            What :meth:`rebuild`'s output chunks pick their values from (``driver[j]``
+            or ``driver[name]``), cast to the target's dtypes.
+        """
+
+    @abstractmethod
+    def rebuild(self, call: MapCall, driver: Delayed, target: TargetT) -> Any:
+        """The rewritten collection: ``call.result``'s type, chunks and labels, its values
+        read from the driver task's result (:meth:`blocks`).
+
+        Parameters
+        ----------
+        call : MapCall
+            The map found in the collection.
+        driver : dask.delayed.Delayed
+            The driver task.
+        target : TargetT
+            :meth:`target`'s result.
+
+        Returns
+        -------
+        dask collection
+            Lazy, of the same type as ``call.result``.
+        """
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class ArrayRewrite(RewriteKind[np.dtype[Any]]):
+    """``x.map_blocks(f, ...)`` and other per-block maps of one dask array.
+
+    The target is the output's dtype; the driver task's result is the list of the K
+    decoded blocks, the output their concatenation along axis 0.
+    """
+
+    name = "dask.array"
+
+    def output_array(self, call: MapCall) -> da.Array:
+        """The dask array ``call.result`` holds (itself, for a dask array)."""
+        arr: da.Array = call.result
+        return arr
+
+    def wrap(self, call: MapCall, arr: da.Array) -> Any:
+        """``arr`` as the output collection (itself, for a dask array)."""
+        return arr
+
+    def target(self, call: MapCall, exact_dtypes: bool) -> np.dtype[Any]:
+        arr = self.output_array(call)
+        if any(np.isnan(c) for cs in arr.chunks for c in cs):
+            raise RewriteError(
+                "the map's output has unknown chunk sizes; pass chunks= to map_blocks"
+            )
+        return _float_unless(arr.dtype, exact_dtypes)
+
+    def submit_options(self, call: MapCall) -> dict[str, Any]:
+        return {"combine": "concat"}
+
+    def blocks(self, client: Client, out: Any, target: np.dtype[Any]) -> list[NDArray[Any]]:
+        parts = list(np.ravel(out.to_delayed()))
+        blocks = client.gather(client.compute(parts))
+        return [np.asarray(b).astype(target, copy=False) for b in blocks]
+
+    def rebuild(self, call: MapCall, driver: Delayed, target: np.dtype[Any]) -> Any:
+        import dask.array as da
+
+        y = self.output_array(call)
+        rest = tuple(c[0] for c in y.chunks[1:])
+        arr = da.concatenate(
+            [
+                da.from_delayed(_item(driver, j), shape=(rows, *rest), dtype=target)
+                for j, rows in enumerate(y.chunks[0])
+            ],
+            axis=0,
+        )
+        return self.wrap(call, arr)
+
+
+class ApplyUfuncRewrite(ArrayRewrite):
+    """``xr.apply_ufunc(f, da, dask="parallelized")`` on one chunked DataArray.
+
+    As :class:`ArrayRewrite` on the DataArray's dask array (``call.data`` is the input's),
+    the output being ``call.result`` with the rebuilt array as its data.
+    """
+
+    name = "xarray.apply_ufunc"
+
+    def output_array(self, call: MapCall) -> da.Array:
+        arr: da.Array = call.result.data
+        return arr
+
+    def wrap(self, call: MapCall, arr: da.Array) -> Any:
+        return call.result.copy(data=arr)
+
+
+class FrameRewrite(RewriteKind[FrameTarget]):
+    """``ddf.map_partitions(f, ...)`` on one dask DataFrame/Series.
+
+    The target is the output's meta; the driver task's result is the list of the K
+    decoded partitions, the output a dask DataFrame/Series of them (the same divisions).
+    """
+
+    name = "dask.dataframe"
+
+    def target(self, call: MapCall, exact_dtypes: bool) -> FrameTarget:
+        import pandas as pd
+
+        meta: FrameTarget = call.result._meta
+        if exact_dtypes:
+            return meta
+        if isinstance(meta, pd.DataFrame):
+            numeric = [c for c in meta.columns if meta[c].dtype.kind in "biuf"]
+            return meta.astype(dict.fromkeys(numeric, np.float64))
+        return meta.astype(np.float64) if meta.dtype.kind in "biuf" else meta
+
+    def submit_options(self, call: MapCall) -> dict[str, Any]:
+        return {"combine": "auto"}
+
+    def blocks(self, client: Client, out: Any, target: FrameTarget) -> list[Any]:
+        import pandas as pd
+
+        blocks = client.gather(client.compute(list(out.to_delayed())))
+        if isinstance(target, pd.DataFrame):
+            return [b.astype(target.dtypes.to_dict()) for b in blocks]
+        return [b.astype(target.dtype) for b in blocks]
+
+    def rebuild(self, call: MapCall, driver: Delayed, target: FrameTarget) -> Any:
+        import dask.dataframe as dd
+
+        y = call.result
+        return dd.from_delayed(
+            [_item(driver, j) for j in range(y.npartitions)],
+            meta=target,
+            divisions=y.divisions if y.known_divisions else None,
+            verify_meta=False,
+        )
+
+
+class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
+    """``xr.map_blocks(f, obj)`` on one DataArray/Dataset chunked along ``call.dim``.
+
+    The target is each lazy variable's (shape, dtype), ``None`` naming a DataArray's data;
+    the driver task's result is each lazy variable's values, the output ``call.result``
+    with every lazy variable read from them, in its chunks.
+    """
+
+    name = "xarray.map_blocks"
+
+    def check(self, call: MapCall) -> None:
+        adapt(call.data, dim=call.dim)
+
+    def target(self, call: MapCall, exact_dtypes: bool) -> XarrayTarget:
+        # coordinates are labels map_coded restores, not decoded values: their dtype stays
+        coords = set(call.result.coords)
+        return {
+            name: (v.shape, _float_unless(v.dtype, exact_dtypes or name in coords))
+            for name, v in _lazy_variables(call.result).items()
+        }
+
+    def submit_options(self, call: MapCall) -> dict[str, Any]:
+        return {"combine": "auto", "dim": call.dim}
+
+    def blocks(
+        self, client: Client, out: Any, target: XarrayTarget
+    ) -> dict[Hashable, NDArray[Any]]:
+        return _xarray_values(client.compute(out).result(), target)
+
+    def rebuild(self, call: MapCall, driver: Delayed, target: XarrayTarget) -> Any:
+        import dask.array as da
+        import xarray as xr
+
+        y = call.result
+        lazy = _lazy_variables(y)
+        arrays = {
+            name: da.from_delayed(_item(driver, name), shape=shape, dtype=dtype).rechunk(
+                lazy[name].chunks
+            )
+            for name, (shape, dtype) in target.items()
+        }
+        if isinstance(y, xr.DataArray):
+            out = y.copy(data=arrays.pop(None)) if None in arrays else y.copy()
+        else:
+            out = y.copy(data={n: arrays.pop(n, v.data) for n, v in y.data_vars.items()})
+        coords = {n: (y[n].dims, a, y[n].attrs) for n, a in arrays.items()}
+        return out.assign_coords(coords) if coords else out
+
+
+#: The adapter of each kind (stateless: one instance each)
+ARRAY = ArrayRewrite()
+APPLY_UFUNC = ApplyUfuncRewrite()
+FRAME = FrameRewrite()
+XARRAY_MAP_BLOCKS = XarrayMapBlocksRewrite()
+
+
+def _item(driver: Delayed, key: Hashable) -> Delayed:
+    """``driver[key]``: one item of the driver task's result, lazily (``Delayed`` binds its
+    operators at run time, out of the type checker's sight)."""
+    item: Delayed = driver[key]  # type: ignore[index]
+    return item
+
+
+def _float_unless(dtype: Any, exact_dtypes: bool) -> np.dtype[Any]:
+    dtype = np.dtype(dtype)
+    return dtype if exact_dtypes or dtype.kind == "f" else np.dtype(np.float64)
+
+
+def _lazy_variables(obj: Any) -> dict[Hashable, Any]:
+    """The dask-backed variables of an xarray object; ``None`` names a DataArray's data."""
+    import dask.array as da
+    import xarray as xr
+
+    variables: dict[Hashable, Any]
+    if isinstance(obj, xr.DataArray):
+        variables = {None: obj.variable, **{n: c.variable for n, c in obj.coords.items()}}
+    else:
+        variables = dict(obj.variables)
+    return {n: v for n, v in variables.items() if isinstance(v.data, da.Array)}
+
+
+def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any]]:
+    """The values of each lazy variable of ``xr.map_blocks``' result, from the coded output."""
+    values = {}
+    for name, (shape, dtype) in target.items():
+        if name is None:
+            var = out.variable
+        else:
+            var = out[name].variable if name in out.coords or name in out.variables else None
+        if var is None or var.shape != shape:
+            raise ValueError(
+                f"the coded output's variable {name!r} has shape "
+                f"{None if var is None else var.shape}, but xr.map_blocks expects {shape}: "
+                "f must keep the layout xr.map_blocks' template describes (rows along dim)"
+            )
+        values[name] = np.asarray(var.values).astype(dtype, copy=False)
+    return values
