@@ -24,7 +24,7 @@ from .. import config
 from .plugin import HANDLER, PLUGIN_NAME, BaccDiagnostics
 from .progress import ProgressBar, want_progress
 
-__all__ = ["JobMonitor", "ensure_plugin", "register", "start_job"]
+__all__ = ["JobMonitor", "ensure_plugin", "jsonable", "register", "start_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +85,10 @@ def register(client: Any = None) -> Any:
     return client.sync(ensure_plugin, client)
 
 
-def _jsonable(obj: Any) -> Any:
-    """Messages go as msgpack: plain numbers, strings, lists and string-keyed dicts."""
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain numbers, strings, lists and string-keyed dicts (NumPy values become
+    lists and numbers, anything else its ``str``): what the scheduler's messages and event
+    log carry as msgpack."""
 
     def default(o: Any) -> Any:
         if hasattr(o, "tolist"):
@@ -218,7 +220,7 @@ class JobMonitor:
             # Client has no public API for a message on its stream: this one call is it
             # (tests/test_diagnostics.py checks that the plugin receives it)
             self.client._send_to_scheduler(
-                {"op": HANDLER, "event": event, "token": self.token, "info": _jsonable(info)}
+                {"op": HANDLER, "event": event, "token": self.token, "info": jsonable(info)}
             )
         except Exception as exc:
             # e.g. a scheduler restarted without the plugin: register again next time

@@ -18,7 +18,7 @@ from .. import config
 from ..codes import Code, code_class
 from ..codes.transform import get_transform
 from ..collections.rewrite import MapCall, find_map
-from ..diagnostics.monitor import _jsonable
+from ..diagnostics.monitor import jsonable
 from ..exceptions import RewriteError
 from . import keys
 from .quality import check_adversaries
@@ -188,7 +188,7 @@ def _drive(
         try:
             out = job.result()
         finally:
-            report = _jsonable(job.report.to_dict())
+            report = jsonable(job.report.to_dict())
             get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})
         return call.adapter.blocks(client, out, target)
 
