@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..exceptions import UnknownCodeError
 from .base import Code
 from .berrut import BerrutCode
 from .lagrange import LagrangeCode
@@ -56,13 +57,13 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Code], dict[str, 
         raise unknown_code(name, [*registered_codes(), *ALIASES]) from None
 
 
-def unknown_code(name: str, known: Sequence[str]) -> ValueError:
+def unknown_code(name: str, known: Sequence[str]) -> UnknownCodeError:
     """The error for a code name that is not one of ``known``, with the nearest match."""
     import difflib
 
     close = difflib.get_close_matches(name.lower().replace("_", "-"), known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return ValueError(f"unknown code {name!r}{hint}; the codes are {sorted(known)}")
+    return UnknownCodeError(f"unknown code {name!r}{hint}; the codes are {sorted(known)}")
 
 
 def code_label(config: Mapping[str, object]) -> str:
