@@ -42,7 +42,7 @@ Stragglers
 ``inject_stragglers(Bimodal(p=0.1, delay=2.0), seed=...)``: each coded eval task is 2 s late
 with probability 0.1 (the delay ends early once its job has decoded). That plugin delays
 only dask-bacc's eval tasks, so plain tasks are not touched by it: the plain variant runs
-``f`` through a wrapper that, after ``f``, sleeps the delay :func:`dask_bacc.stragglers.draw_delay`
+``f`` through a wrapper that, after ``f``, sleeps the delay :func:`dask_bacc.testing.draw_delay`
 gives for the same model and seed, with ``seq = PLAIN_SEQ_BASE + rep`` and ``index`` = the
 partition number (``partition_info`` for dataframes, the position of the block's first
 time label for xarray), so plain's draws are seeded per (rep, partition) and independent
@@ -89,7 +89,7 @@ import xarray as xr
 from distributed import Client, LocalCluster, wait
 
 import dask_bacc
-from dask_bacc.stragglers import Bimodal, clear_stragglers, draw_delay, inject_stragglers
+from dask_bacc.testing import Bimodal, clear_stragglers, draw_delay, inject_stragglers
 
 PLAIN_SEQ_BASE = 1_000_000_000  # plain runs' straggler seq numbers, far above dask-bacc's
 VARIANTS = ("plain", "berrut", "repetition")

@@ -25,9 +25,9 @@ import collections
 
 import numpy as np
 
-from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import BerrutCode, estimate_error
 from dask_bacc.codes.estimate import barycentric_matrix, floater_hormann_weights
+from dask_bacc.testing import smooth_blocks
 
 
 def decode_matrix(code: BerrutCode, ret: np.ndarray, d: int) -> np.ndarray:

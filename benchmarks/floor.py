@@ -65,7 +65,7 @@ An in-process ``LocalCluster`` of 32 workers x 1 thread, K = 16, N = 32, 50 ms t
 The stragglers are dask-bacc's own injection, ``Bimodal(p=0.1, delay=0, factor=10)``: a
 slow task waits ``(factor - 1) x`` the time ``func`` took after it returned (10x in total),
 and the wait ends as soon as its job has decoded. The draw for task ``i`` is
-:func:`dask_bacc.stragglers.draw_delay` with the repetition's own seed and ``seq = 0``:
+:func:`dask_bacc.testing.draw_delay` with the repetition's own seed and ``seq = 0``:
 the plugin installed for a repetition replaces the job counter by 0, so task ``i`` is slow
 in every variant of the repetition or in none (``plain`` replays the same draws on the
 client into per-task ``slow_factor`` values). A fresh seed is drawn per repetition.
@@ -99,7 +99,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 import dask_bacc
 from dask_bacc.codes import BerrutCode
-from dask_bacc.stragglers import Bimodal, StragglerPlugin, clear_stragglers, draw_delay
+from dask_bacc.testing import Bimodal, StragglerPlugin, clear_stragglers, draw_delay
 
 JOB_VARIANTS = ("bare loop", "map_coded", "map_coded default wait")
 STRAGGLER_VARIANTS = ("plain", "map_coded", "repetition", "uncoded")

@@ -29,7 +29,7 @@ is hit would depend on the scheduler's placement rather than on the straggler ra
 with per-task draws every strategy's tasks straggle at the same rate wherever they run.
 
 The straggler plugin delays only dask-bacc's eval tasks, so plain tasks run through
-:func:`dask_bacc.stragglers.plain_task`, which asks the same worker plugin for the
+:func:`dask_bacc.testing.plain_task`, which asks the same worker plugin for the
 delay of its task and sleeps it. Plain jobs use their own ``seq`` numbers
 (``PLAIN_SEQ_BASE + round``), disjoint from dask-bacc's per-process job counter, so their
 draws are independent of the coded jobs'.
@@ -59,7 +59,7 @@ from distributed import Client, LocalCluster
 
 import dask_bacc
 from dask_bacc.bench.demo import mlp, mlp_workload
-from dask_bacc.stragglers import (
+from dask_bacc.testing import (
     Bimodal,
     clear_stragglers,
     draw_delay,

@@ -23,7 +23,7 @@ cluster is started. Three questions, for the workload of ``benchmarks/dataframe_
    (nearest returned point outside their range). Random sets of 12 of 16 returned results
    (4 stragglers), ``f`` = the feature map of the dataframe benchmark on the 8 columns
    (as a NumPy function) and ``tanh``; data smooth across blocks
-   (``dask_bacc.bench.accuracy.smooth_blocks``) or i.i.d. normal rows.
+   (``dask_bacc.testing.smooth_blocks``) or i.i.d. normal rows.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import time
 
 import numpy as np
 
-from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import get_code
 from dask_bacc.runtime.worker import weighted_sum
+from dask_bacc.testing import smooth_blocks
 
 
 def hat_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:

@@ -20,9 +20,9 @@ import collections
 
 import numpy as np
 
-from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import BerrutCode, detect_inconsistent, locate_corrupted
 from dask_bacc.codes.robust import required_results
+from dask_bacc.testing import smooth_blocks
 
 
 def workload(K: int, N: int, S: int, data: str, systematic: bool, rng: np.random.Generator):

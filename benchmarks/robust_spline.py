@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import BerrutCode, SplineCode, detect_inconsistent, locate_corrupted
+from dask_bacc.testing import smooth_blocks
 
 KINDS = ("garbage", "flip", "noise")
 

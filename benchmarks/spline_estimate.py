@@ -34,10 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dask_bacc.bench.accuracy import _draw_digits, smooth_blocks
+from dask_bacc.bench.accuracy import _draw_digits
 from dask_bacc.codes import SplineCode, estimate_error
 from dask_bacc.codes.berrut import barycentric_matrix, floater_hormann_weights
 from dask_bacc.codes.transform import get_transform
+from dask_bacc.testing import smooth_blocks
 
 K = 8
 ROWS, FEATURES = 16, 8

@@ -2,7 +2,7 @@
 
 Pure NumPy, a few seconds: for K=8, N in (16, 32, 64), s random stragglers (1, 2, 4, 7)
 and 30 trials per cell, the mean relative error of the spline decode of ``tanh(1.5 X W)``
-on i.i.d. normal rows and on smooth rows (``bench.accuracy.smooth_blocks``), for three
+on i.i.d. normal rows and on smooth rows (``dask_bacc.testing.smooth_blocks``), for three
 point families, with Berrut at the same N as the reference. docs/codes.md has the table.
 
     python benchmarks/spline_points.py
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import BerrutCode, SplineCode
 from dask_bacc.codes.points import chebyshev_first, chebyshev_second, equispaced
+from dask_bacc.testing import smooth_blocks
 
 K, ROWS, FEAT = 8, 16, 8
 

@@ -78,7 +78,7 @@ bacc_api_modules = [
     "dask_bacc",
     "dask_bacc.codes",
     "dask_bacc.codes.transform",
-    "dask_bacc.stragglers",
+    "dask_bacc.testing",
     "dask_bacc.diagnostics",
     "dask_bacc.config",
     "dask_bacc.exceptions",
@@ -124,7 +124,7 @@ numpydoc_xref_aliases = {
     "ErrorEstimate": "dask_bacc.codes.ErrorEstimate",
     "Screening": "dask_bacc.codes.Screening",
     "Transform": "dask_bacc.codes.transform.Transform",
-    "StragglerModel": "dask_bacc.stragglers.StragglerModel",
+    "StragglerModel": "dask_bacc.testing.StragglerModel",
     "InsufficientResults": "dask_bacc.InsufficientResults",
     "dask collection": "dask.typing.DaskCollection",
 }
@@ -179,7 +179,13 @@ html_theme_options = {
     "footer_end": ["sphinx-version", "theme-version"],
 }
 # the section navigation is for the user guide; the other pages have none
-html_sidebars = {"index": [], "getting-started": [], "api": [], "configuration": []}
+html_sidebars = {
+    "index": [],
+    "getting-started": [],
+    "testing": [],
+    "api": [],
+    "configuration": [],
+}
 html_show_sourcelink = False
 
 # ``BACC_DOCS_NO_VIEWCODE=1`` skips the highlighted module sources (a faster build)

@@ -284,7 +284,7 @@ def cluster_run(
     from distributed import Client, LocalCluster
 
     import dask_bacc
-    from dask_bacc.stragglers import Bimodal, clear_stragglers, inject_stragglers
+    from dask_bacc.testing import Bimodal, clear_stragglers, inject_stragglers
 
     K, N = s_.K, s_.N
     B = len(queries) // K

@@ -37,7 +37,7 @@ The same stragglers for every strategy
 --------------------------------------
 Stragglers are drawn per ``(step, worker)``: at step t, the task that runs on worker w waits
 ``draw_delay(model, seed, t, w)`` seconds after computing its gradient (a
-:class:`~dask_bacc.stragglers.Bimodal` or :class:`~dask_bacc.stragglers.ShiftedExponential`
+:class:`~dask_bacc.testing.Bimodal` or :class:`~dask_bacc.testing.ShiftedExponential`
 model, seeded). So at every step the same workers are slow for every strategy; a strategy
 with more tasks (N = 2K) meets more of them. The library's ``inject_stragglers`` is not used
 here because its draws are keyed by the job's sequence number, which differs between
@@ -215,7 +215,7 @@ def straggle(step: int, stragglers: tuple[Any, int] | None, poll: float = 0.005)
     from distributed import get_worker
 
     import dask_bacc
-    from dask_bacc.stragglers import draw_delay
+    from dask_bacc.testing import draw_delay
 
     model, seed = stragglers
     name = get_worker().name
@@ -381,8 +381,8 @@ class TrainingSettings:
         return self.ignore_k if self.ignore_k is not None else math.ceil(0.75 * self.K)
 
     def straggler_model(self) -> Any:
-        """The :mod:`dask_bacc.stragglers` model (None for ``"none"``)."""
-        from dask_bacc.stragglers import Bimodal, ShiftedExponential
+        """The :mod:`dask_bacc.testing` model (None for ``"none"``)."""
+        from dask_bacc.testing import Bimodal, ShiftedExponential
 
         if self.straggler == "bimodal":
             return Bimodal(p=self.p, delay=self.delay)
@@ -485,7 +485,7 @@ def run_training(
     stragglers = None if model is None else (model, s.seed)
     lr = dict(s.lr)
     order_rng = np.random.default_rng([s.seed, 3])
-    from dask_bacc.stragglers import draw_delay
+    from dask_bacc.testing import draw_delay
 
     results: dict[str, Any] = {m: {} for m in s.models}
     t_start = time.perf_counter()

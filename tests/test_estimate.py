@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import (
     BerrutCode,
     InsufficientResults,
@@ -21,6 +20,7 @@ from dask_bacc.codes import (
     estimate_error,
 )
 from dask_bacc.codes.estimate import barycentric_matrix, floater_hormann_weights
+from dask_bacc.testing import smooth_blocks
 
 PROPERTY = settings(deadline=None, max_examples=40, database=None, derandomize=True)
 

@@ -23,7 +23,7 @@ from distributed import Client
 
 import dask_bacc
 from dask_bacc.codes import get_code
-from dask_bacc.stragglers import SlowWorkers, inject_stragglers
+from dask_bacc.testing import SlowWorkers, inject_stragglers
 
 pytestmark = pytest.mark.multiprocess
 

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_bacc.bench.accuracy import smooth_blocks
 from dask_bacc.codes import (
     BerrutCode,
     RepetitionCode,
@@ -18,6 +17,7 @@ from dask_bacc.codes import (
     robust_decode,
 )
 from dask_bacc.codes.robust import approxifer_votes, loo_consistency, required_results
+from dask_bacc.testing import smooth_blocks
 
 PROPERTY = settings(deadline=None, max_examples=40, database=None, derandomize=True)
 

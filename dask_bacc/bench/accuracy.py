@@ -37,6 +37,7 @@ import numpy as np
 
 from ..codes import BerrutCode, LagrangeCode, RepetitionCode, estimate_error, get_code
 from ..codes.transform import Transform, get_transform
+from ..testing.data import smooth_blocks
 
 __all__ = [
     "COMPARE_CODES",
@@ -75,18 +76,6 @@ class Workload:
     description: str
     draw: Callable[[int, np.random.Generator], tuple[np.ndarray, Callable, np.ndarray | None]]
     degree: int | None = None  # polynomial degree (Lagrange applies), else None
-
-
-def smooth_blocks(K: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    """K contiguous blocks of a slowly varying signal (a few low frequencies over all rows,
-    plus a little noise): the smooth data of the accuracy benchmark, the estimator and
-    robustness benchmarks and their tests."""
-    t = np.linspace(0.0, 1.0, K * rows)
-    freq = rng.uniform(0.5, 2.0, cols)
-    phase = rng.uniform(0.0, 2 * np.pi, cols)
-    X = np.sin(2 * np.pi * freq * t[:, None] + phase)
-    X += 0.02 * rng.standard_normal(X.shape)
-    return X.reshape(K, rows, cols)
 
 
 def _linear(rng: np.random.Generator) -> np.ndarray:

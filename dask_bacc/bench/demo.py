@@ -22,10 +22,10 @@ row blocks, in four ways:
 How the plain baseline meets the same stragglers
 ------------------------------------------------
 The straggler plugin only delays dask-bacc's own eval tasks, so the plain tasks run
-through :func:`dask_bacc.stragglers.plain_task`, a wrapper that asks the same worker plugin
+through :func:`dask_bacc.testing.plain_task`, a wrapper that asks the same worker plugin
 for a delay after ``func`` returns and sleeps for it. The draw for a task depends only on
 ``(seed, seq, index)``; plain jobs use their own ``seq`` numbers (from
-:data:`dask_bacc.stragglers.PLAIN_SEQ_BASE` on), disjoint from dask-bacc's per-process job
+:data:`dask_bacc.testing.PLAIN_SEQ_BASE` on), disjoint from dask-bacc's per-process job
 counter, so every task of every strategy straggles independently with the same probability
 and the same delay. A plain task cannot be cancelled, so its delay is a plain ``sleep``; a dask-bacc
 straggler's delay ends early once its job has decoded.
@@ -46,7 +46,7 @@ from distributed import Client, LocalCluster
 
 from ..exceptions import ApproximationWarning
 from ..runtime import submit_coded
-from ..stragglers import (
+from ..testing.stragglers import (
     PLAIN_SEQ_BASE,
     Bimodal,
     clear_stragglers,

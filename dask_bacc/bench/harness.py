@@ -16,7 +16,7 @@ Strategies
 ----------
 ``plain``
     Plain Dask: ``client.map`` of the K blocks + ``client.gather``; the scheduler places the
-    tasks. Its tasks meet the same injected delays (:func:`dask_bacc.stragglers.plain_task`)
+    tasks. Its tasks meet the same injected delays (:func:`dask_bacc.testing.plain_task`)
     but cannot be cancelled.
 ``uncoded``
     ``submit_coded(code="uncoded")``: N = K pinned tasks, wait for all.
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import UnknownCodeError
-from ..stragglers import (
+from ..testing.stragglers import (
     PLAIN_SEQ_BASE,
     Bimodal,
     ShiftedExponential,
@@ -259,7 +259,7 @@ class StragglerSpec:
     ----------
     kind : {"bimodal", "shifted-exp", "slow-workers", "kills", "none"}
         ``bimodal``: each task, independently with probability ``p``, waits
-        ``delay + (factor - 1) * elapsed`` more (:class:`dask_bacc.stragglers.Bimodal`;
+        ``delay + (factor - 1) * elapsed`` more (:class:`dask_bacc.testing.Bimodal`;
         ``elapsed`` includes the base sleep, so base 0.2 s and factor 10 add 1.8 s).
         ``shifted-exp``: every task waits ``shift + Exp(scale)``.
         ``slow-workers``: ``slow_workers`` workers (a seeded choice of names) delay each of
@@ -322,7 +322,7 @@ class StragglerSpec:
                 raise ValueError(f"{self.kills} kills per job leave no worker of {n_workers}")
 
     def model(self, base_duration: float, worker_names: Sequence[str], seed: int) -> Any:
-        """The :mod:`dask_bacc.stragglers` model of the "stragglers" condition."""
+        """The :mod:`dask_bacc.testing` model of the "stragglers" condition."""
         if self.kind == "bimodal":
             return Bimodal(p=self.p, delay=self.delay, factor=self.factor)
         if self.kind == "shifted-exp":

@@ -5,8 +5,15 @@ first coded job). Each worker's instance holds a :class:`WorkerState`: the token
 that need no more results and the evals executing there. A job that decodes tells its
 workers in one scheduler round trip (``runtime.job``): the scheduler sends ``bacc-done`` on
 each worker's stream, the plugin marks the token, evals that start afterwards return at
-once and injected straggler delays end. Task functions find their worker's state through
+once and the waits of eval hooks end. Task functions find their worker's state through
 :func:`state` (a process-wide fallback outside a worker, e.g. when tests call them).
+
+**Eval hooks**, the extension point for what happens to a coded eval after ``func``
+returned: any worker plugin that derives from :class:`EvalHook` is called by every eval on
+its worker with an :class:`EvalCall` (job token and number, coded index, start time, and
+an interruptible ``wait``). Registering the plugin (``client.register_plugin``) turns the
+hook on, on every worker and on workers that join later; unregistering it turns it off.
+``dask_bacc.testing`` injects its delays this way; the runtime knows nothing of them.
 
 Kept free of client-side state so they pickle by reference; dask-bacc must be installed
 on the workers.
@@ -32,6 +39,8 @@ __all__ = [
     "PLUGIN_NAME",
     "BaccWorker",
     "Decoded",
+    "EvalCall",
+    "EvalHook",
     "InconsistentResults",
     "WorkerState",
     "cancelled",
@@ -41,6 +50,7 @@ __all__ = [
     "decoded_info",
     "encode_eval_task",
     "encode_task",
+    "eval_hooks",
     "eval_task",
     "hold",
     "is_done",
@@ -54,7 +64,6 @@ __all__ = [
 ]
 
 PLUGIN_NAME = "bacc-worker"
-STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
 #: the op the scheduler sends on a worker's stream when a job needs no more results
 DONE_OP = "bacc-done"
 
@@ -225,6 +234,67 @@ def hold(value: Any) -> Any:
     return value
 
 
+# -- eval hooks: the extension point after func ---------------------------------------------
+@dataclass(frozen=True)
+class EvalCall:
+    """One coded eval, as an :class:`EvalHook` sees it once ``func`` has returned.
+
+    Attributes
+    ----------
+    token : str
+        The job's token (as in its task keys and ``report.token``).
+    seq : int
+        The job's number in the client process that submitted it (0, 1, 2, ...).
+    index : int
+        The coded task's index in ``range(N)`` (``K + j`` for a speculative backup of
+        block j).
+    start : float
+        When the eval started, in :func:`time.perf_counter` seconds.
+    worker : distributed.worker.Worker or None
+        The worker running the eval (None when the task function is called outside one).
+    wait : callable
+        ``wait(seconds) -> bool`` sleeps up to ``seconds`` and returns True, early, once
+        the job needs no more results (it has decoded or been cancelled); ``wait(0)`` only
+        asks. A hook that holds the eval should wait through it, so it lets go as soon as
+        the job no longer needs the result.
+    """
+
+    token: str
+    seq: int
+    index: int
+    start: float
+    worker: Any
+    wait: Callable[[float], bool]
+
+
+class EvalHook(WorkerPlugin):
+    """Base class of worker plugins that every coded eval on their worker calls.
+
+    Subclass it, give :meth:`after_eval`, and register an instance on the cluster with
+    ``client.register_plugin(hook, name=...)``: from then on each coded eval task on each
+    worker (and on workers that join later) calls the hook's ``after_eval`` once ``func``
+    has returned, before its result is checked and handed back; unregistering the plugin
+    (``client.unregister_worker_plugin(name)``) removes it. Hooks run in the eval's thread,
+    in the order their plugins were registered; while a hook runs, the eval still counts
+    as executing (``stale_evals``), and an exception it raises fails the eval (the job
+    writes that result off). Evals that start after their job was done return at once and
+    call no hook.
+    """
+
+    def after_eval(self, call: EvalCall) -> None:
+        """Called by every coded eval on this worker after ``func`` returned."""
+        raise NotImplementedError
+
+
+def eval_hooks(dask_worker: Any = None) -> list[EvalHook]:
+    """The :class:`EvalHook` plugins of ``dask_worker`` (default: the worker running this
+    task), in registration order; none outside a worker."""
+    worker = _worker(dask_worker)
+    if worker is None:
+        return []
+    return [p for p in list(worker.plugins.values()) if isinstance(p, EvalHook)]
+
+
 # -- the arithmetic -------------------------------------------------------------------------
 def _float_dtype(arrays: Sequence[np.ndarray]) -> np.dtype:
     dtype = np.result_type(*arrays)
@@ -305,11 +375,12 @@ def eval_task(
     """Evaluate ``func(share, *args, **kwargs)`` for ``call = (args, kwargs)`` and check
     that the result can be decoded.
 
-    Returns ``None`` without calling ``func`` when the job already decoded. A straggler
-    plugin (see :mod:`dask_bacc.stragglers`) may add a delay, which ends early when the job
-    is done.
+    Returns ``None`` without calling ``func`` when the job already decoded. After ``func``
+    the worker's :class:`EvalHook` plugins are called, if any (their waits end early when
+    the job is done).
     """
-    st = state()
+    worker = _worker()
+    st = state(worker)
     if st.is_done(token):
         return None
     start = st.started(token, index)
@@ -317,7 +388,17 @@ def eval_task(
     args, kwargs = call
     try:
         out = func(share, *args, **kwargs)
-        straggle(index, seq, start, lambda delay: st.wait_done(token, delay))
+        hooks = eval_hooks(worker)
+        if hooks:
+
+            def wait(seconds: float) -> bool:
+                return st.wait_done(token, seconds)
+
+            info = EvalCall(
+                token=token, seq=seq, index=index, start=start, worker=worker, wait=wait
+            )
+            for hook in hooks:
+                hook.after_eval(info)
     finally:
         _current.token = None
         st.ended(token, index, start)
@@ -338,31 +419,6 @@ def encode_eval_task(
     if state().is_done(token):
         return None
     return eval_task(token, index, seq, func, encode_task(weights, *chunks), call)
-
-
-def straggle(index: int, seq: int, start: float, sleep: Callable[[float], Any]) -> None:
-    """Apply the straggler plugin's delay to a task that started at ``start``, if any.
-
-    ``sleep(seconds)`` does the waiting (interruptible for coded tasks); the plugin also
-    records the thread time the task occupied, for compute-spent accounting.
-    """
-    plugin, name = straggler_plugin()
-    if plugin is None:
-        return
-    delay = plugin.delay(
-        index=index, seq=seq, elapsed=time.perf_counter() - start, worker_name=name
-    )
-    if delay > 0:
-        sleep(delay)
-    plugin.record(seq=seq, index=index, seconds=time.perf_counter() - start, worker_name=name)
-
-
-def straggler_plugin() -> tuple[Any, str]:
-    """This worker's straggler plugin (or None) and the worker's name."""
-    worker = _worker()
-    if worker is None:  # not on a worker (e.g. a test calling the task directly)
-        return None, ""
-    return worker.plugins.get(STRAGGLER_PLUGIN_NAME), str(worker.name)
 
 
 def check_result(out: Any) -> np.ndarray:

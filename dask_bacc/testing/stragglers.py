@@ -7,7 +7,14 @@ of a client's ``s``-th job depends only on ``(seed, s, i)`` (and, for
 same order sees the same stragglers. The delay is interruptible: it ends as soon as its
 job has decoded or been cancelled, so cancelled stragglers do not keep occupying workers.
 
->>> from dask_bacc.stragglers import Bimodal, inject_stragglers
+For tests that must not depend on the clock, :func:`gate_stragglers` holds chosen coded
+tasks (by index or by worker) until a :class:`distributed.Event` is set, again letting go
+when the job no longer needs them.
+
+Both are eval hooks (:class:`dask_bacc.runtime.worker.EvalHook`): worker plugins that each
+coded eval calls once ``func`` has returned.
+
+>>> from dask_bacc.testing import Bimodal, inject_stragglers
 >>> with inject_stragglers(Bimodal(p=0.1, delay=2.0), seed=0):  # doctest: +SKIP
 ...     dask_bacc.map_coded(f, X)
 """
@@ -15,30 +22,38 @@ job has decoded or been cancelled, so cancelled stragglers do not keep occupying
 from __future__ import annotations
 
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-from distributed import WorkerPlugin, default_client
+from distributed import Client, Event, default_client
 
-from .runtime.worker import STRAGGLER_PLUGIN_NAME, straggle
+from ..runtime.worker import EvalCall, EvalHook, eval_hooks
 
 __all__ = [
     "PLAIN_SEQ_BASE",
+    "STRAGGLER_PLUGIN_NAME",
     "Bimodal",
+    "EventGate",
     "ShiftedExponential",
     "SlowWorkers",
+    "StragglerGate",
     "StragglerInjection",
     "StragglerModel",
     "StragglerPlugin",
     "clear_stragglers",
     "draw_delay",
+    "gate_stragglers",
     "inject_stragglers",
     "plain_task",
     "task_seconds",
 ]
+
+#: The name :func:`inject_stragglers` registers its :class:`StragglerPlugin` under.
+STRAGGLER_PLUGIN_NAME = "bacc-stragglers"
 
 
 #: Baseline (plain Dask) jobs draw their stragglers with ``seq = PLAIN_SEQ_BASE + job number``,
@@ -47,10 +62,29 @@ PLAIN_SEQ_BASE = 1_000_000_000
 
 
 class StragglerModel:
-    """Extra seconds a coded eval task waits after ``func`` returned."""
+    """Extra seconds a coded eval task waits after ``func`` returned.
+
+    Subclasses give :meth:`draw`; :class:`SlowWorkers`, :class:`Bimodal` and
+    :class:`ShiftedExponential` are the built-in models.
+    """
 
     def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
-        """The delay for one task; ``elapsed`` is how long ``func`` itself took."""
+        """The delay for one task.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The task's own generator, seeded with ``(seed, seq, index)``.
+        worker_name : str
+            The name of the worker running the task.
+        elapsed : float
+            How long ``func`` itself took, in seconds.
+
+        Returns
+        -------
+        float
+            Seconds to wait, >= 0.
+        """
         raise NotImplementedError
 
 
@@ -64,13 +98,22 @@ class SlowWorkers(StragglerModel):
     """A fixed set of slow workers (by name): each of their tasks is delayed.
 
     The delay is ``delay + (factor - 1) * elapsed`` seconds.
+
+    Parameters
+    ----------
+    names : tuple of str
+        The slow workers' names (compared as strings).
+    delay : float
+        Seconds added to each of their tasks.
+    factor : float
+        At least 1: how many times ``func``'s own time each of their tasks takes in all.
     """
 
     names: tuple[str, ...]
     delay: float = 1.0
     factor: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(str(n) for n in self.names))
         _nonneg("delay", self.delay)
         if self.factor < 1:
@@ -84,13 +127,23 @@ class SlowWorkers(StragglerModel):
 
 @dataclass(frozen=True)
 class Bimodal(StragglerModel):
-    """Each task straggles with probability ``p``: ``delay + (factor - 1) * elapsed`` more."""
+    """Each task straggles with probability ``p``: ``delay + (factor - 1) * elapsed`` more.
+
+    Parameters
+    ----------
+    p : float
+        Probability in [0, 1] that a task straggles.
+    delay : float
+        Seconds added to a straggling task.
+    factor : float
+        At least 1: how many times ``func``'s own time a straggling task takes in all.
+    """
 
     p: float
     delay: float = 1.0
     factor: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 0 <= self.p <= 1:
             raise ValueError(f"p must lie in [0, 1], got {self.p}")
         _nonneg("delay", self.delay)
@@ -105,22 +158,46 @@ class Bimodal(StragglerModel):
 
 @dataclass(frozen=True)
 class ShiftedExponential(StragglerModel):
-    """Every task waits ``shift + Exp(scale)`` seconds (the classic straggler model)."""
+    """Every task waits ``shift + Exp(scale)`` seconds (the classic straggler model).
+
+    Parameters
+    ----------
+    scale : float
+        Mean of the exponential part, in seconds (0: none).
+    shift : float
+        Seconds every task waits.
+    """
 
     scale: float
     shift: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _nonneg("scale", self.scale)
         _nonneg("shift", self.shift)
 
     def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
-        return self.shift + (rng.exponential(self.scale) if self.scale > 0 else 0.0)
+        return self.shift + (float(rng.exponential(self.scale)) if self.scale > 0 else 0.0)
+
+
+#: ``(seq, index, worker name, seconds)``: one entry of a plugin's logs
+LogEntry = tuple[int, int, str, float]
+
+
+def _log() -> deque[LogEntry]:
+    return deque(maxlen=100_000)
+
+
+def _worker_name(worker: Any) -> str:
+    return "" if worker is None else str(worker.name)
 
 
 @dataclass
-class StragglerPlugin(WorkerPlugin):
+class StragglerPlugin(EvalHook):
     """Worker plugin that delays dask-bacc eval tasks according to ``model``.
+
+    An eval hook (:class:`~dask_bacc.runtime.worker.EvalHook`): each coded eval on its
+    worker waits the drawn delay once ``func`` has returned, interrupted when the job is
+    done. Install it with :func:`inject_stragglers`.
 
     Parameters
     ----------
@@ -128,17 +205,69 @@ class StragglerPlugin(WorkerPlugin):
         :class:`SlowWorkers`, :class:`Bimodal` or :class:`ShiftedExponential`.
     seed : int
         Seed of the per-task generators.
+    name : str
+        The plugin's name on the workers.
+
+    Attributes
+    ----------
+    log : collections.deque
+        ``(seq, index, worker name, delay drawn)`` of each task it delayed (or not).
+    busy : collections.deque
+        ``(seq, index, worker name, seconds)``: the thread time each task occupied, its
+        delay included (what :func:`task_seconds` collects).
     """
 
     model: StragglerModel
     seed: int = 0
     name: str = STRAGGLER_PLUGIN_NAME
-    log: deque = field(default_factory=lambda: deque(maxlen=100_000), repr=False)
-    busy: deque = field(default_factory=lambda: deque(maxlen=100_000), repr=False)
+    log: deque[LogEntry] = field(default_factory=_log, repr=False)
+    busy: deque[LogEntry] = field(default_factory=_log, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.model, StragglerModel):
             raise TypeError(f"model must be a StragglerModel, got {type(self.model).__name__}")
+
+    def after_eval(self, call: EvalCall) -> None:
+        """Delay the eval by the drawn delay (ending early when its job is done)."""
+        self.straggle(
+            seq=call.seq,
+            index=call.index,
+            start=call.start,
+            worker_name=_worker_name(call.worker),
+            wait=call.wait,
+        )
+
+    def straggle(
+        self,
+        *,
+        seq: int,
+        index: int,
+        start: float,
+        worker_name: str,
+        wait: Callable[[float], object],
+    ) -> None:
+        """Delay task ``index`` of job ``seq``, which started at ``start``, and record the
+        thread time it occupied.
+
+        Parameters
+        ----------
+        seq, index : int
+            The job's number and the task's index (the draw's seed with ``seed``).
+        start : float
+            When the task started (:func:`time.perf_counter`).
+        worker_name : str
+            The worker's name (for :class:`SlowWorkers`).
+        wait : callable
+            ``wait(seconds)`` does the waiting (interruptible for coded tasks).
+        """
+        d = self.delay(
+            index=index, seq=seq, elapsed=time.perf_counter() - start, worker_name=worker_name
+        )
+        if d > 0:
+            wait(d)
+        self.record(
+            seq=seq, index=index, seconds=time.perf_counter() - start, worker_name=worker_name
+        )
 
     def record(self, *, seq: int, index: int, seconds: float, worker_name: str) -> None:
         """Note that task ``index`` of job ``seq`` occupied a thread for ``seconds``."""
@@ -162,12 +291,79 @@ def draw_delay(
     """The delay a :class:`StragglerPlugin` with ``seed`` draws for task ``index`` of job ``seq``.
 
     Benchmarks call it to replay the draws off the cluster (which tasks straggled).
+
+    Parameters
+    ----------
+    model : StragglerModel
+        The straggler model.
+    seed, seq, index : int
+        The plugin's seed, the job's number and the task's index.
+    worker_name : str
+        The worker's name.
+    elapsed : float
+        How long ``func`` took.
+
+    Returns
+    -------
+    float
+        The delay in seconds.
     """
     return float(model.draw(np.random.default_rng([seed, seq, index]), worker_name, elapsed))
 
 
+_Injection = TypeVar("_Injection", bound="StragglerInjection")
+
+
+class StragglerInjection:
+    """Injected stragglers (from :func:`inject_stragglers` or :func:`gate_stragglers`):
+    ``with`` / ``async with`` removes them on exit; :meth:`clear` removes them at once.
+
+    With an asynchronous client, ``await`` it to wait for the plugin to be registered.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client that registered the plugin.
+    pending : object, optional
+        An asynchronous client's registration, to await.
+    name : str
+        The plugin's name on the workers.
+    """
+
+    def __init__(self, client: Client, pending: Any = None, name: str = STRAGGLER_PLUGIN_NAME):
+        self.client = client
+        self.name = name
+        self._pending = pending  # an asynchronous client's registration, to await
+
+    async def _registered(self: _Injection) -> _Injection:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            await pending
+        return self
+
+    def __await__(self: _Injection) -> Generator[Any, None, _Injection]:
+        return self._registered().__await__()
+
+    def clear(self) -> Any:
+        """Remove the plugin from the workers (with an asynchronous client, await the
+        result)."""
+        return self.client.unregister_worker_plugin(self.name)
+
+    def __enter__(self: _Injection) -> _Injection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.clear()
+
+    async def __aenter__(self: _Injection) -> _Injection:
+        return await self._registered()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.clear()
+
+
 def inject_stragglers(
-    model: StragglerModel, seed: int = 0, client: Any = None
+    model: StragglerModel, seed: int = 0, client: Client | None = None
 ) -> StragglerInjection:
     """Install a :class:`StragglerPlugin` on every worker (and on workers that join later).
 
@@ -200,45 +396,209 @@ def inject_stragglers(
     return StragglerInjection(client, registered if client.asynchronous else None)
 
 
-class StragglerInjection:
-    """Injected stragglers (from :func:`inject_stragglers`): ``with`` / ``async with``
-    removes them on exit; :meth:`clear` removes them at once."""
+def clear_stragglers(client: Client | None = None) -> Any:
+    """Remove the :class:`StragglerPlugin` from the workers (with an asynchronous client,
+    await the result).
 
-    def __init__(self, client: Any, pending: Any = None):
-        self.client = client
-        self._pending = pending  # an asynchronous client's registration, to await
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        Defaults to the current client.
 
-    async def _registered(self) -> StragglerInjection:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            await pending
-        return self
+    Returns
+    -------
+    object
+        What ``client.unregister_worker_plugin`` returns (awaitable with an asynchronous
+        client).
+    """
+    client = client if client is not None else default_client()
+    return client.unregister_worker_plugin(STRAGGLER_PLUGIN_NAME)
 
-    def __await__(self) -> Any:
-        return self._registered().__await__()
 
-    def clear(self) -> Any:
-        """Remove the stragglers (with an asynchronous client, await the result)."""
-        return clear_stragglers(self.client)
+# -- Event-gated stragglers --------------------------------------------------------------------
+@dataclass
+class EventGate(EvalHook):
+    """Worker plugin that holds chosen coded evals until a :class:`distributed.Event` is set.
 
-    def __enter__(self) -> StragglerInjection:
-        return self
+    An eval hook (:class:`~dask_bacc.runtime.worker.EvalHook`): an eval it selects, once
+    ``func`` has returned, waits until the event named ``event`` is set, or (when
+    ``interruptible``) until its job no longer needs the result, whichever comes first. Install
+    it with :func:`gate_stragglers`.
+
+    Parameters
+    ----------
+    event : str
+        Name of the :class:`distributed.Event` that releases the held evals.
+    indices : frozenset of int
+        Coded task indices to hold (in every job while the gate is installed).
+    workers : frozenset of str
+        Names or addresses of workers whose evals to hold.
+    interruptible : bool
+        True: a held eval lets go as soon as its job has decoded or been cancelled, like an
+        injected delay. False: it holds its thread until the event is set, like a ``func``
+        that cannot be stopped (the straggler then stays running after the decode).
+    poll : float
+        Seconds between two checks whether the job is done, while waiting for the event.
+    name : str
+        The plugin's name on the workers (default ``bacc-gate-<event>``).
+
+    Attributes
+    ----------
+    held : collections.deque
+        ``(seq, index, worker name)`` of each eval it held, in the order they were held.
+    """
+
+    event: str
+    indices: frozenset[int] = frozenset()
+    workers: frozenset[str] = frozenset()
+    interruptible: bool = True
+    poll: float = 0.05
+    name: str = ""
+    held: deque[tuple[int, int, str]] = field(
+        default_factory=lambda: deque(maxlen=100_000), repr=False
+    )
+
+    def __post_init__(self) -> None:
+        self.indices = frozenset(_index(i) for i in self.indices)
+        self.workers = frozenset(str(w) for w in self.workers)
+        if not self.indices and not self.workers:
+            raise ValueError("say which evals to hold: indices=, workers= or both")
+        if not (np.isfinite(self.poll) and self.poll > 0):
+            raise ValueError(f"poll must be a finite number > 0, got {self.poll}")
+        self.name = self.name or f"bacc-gate-{self.event}"
+
+    def holds(self, index: int, worker: Any) -> bool:
+        """Whether the eval of coded task ``index`` on ``worker`` is held."""
+        if index in self.indices:
+            return True
+        if worker is None or not self.workers:
+            return False
+        return str(worker.name) in self.workers or str(worker.address) in self.workers
+
+    def after_eval(self, call: EvalCall) -> None:
+        """Hold the eval until the event is set (or its job is done, if interruptible)."""
+        if not self.holds(call.index, call.worker):
+            return
+        self.held.append((call.seq, call.index, _worker_name(call.worker)))
+        event = Event(self.event)  # the worker's client
+        while not event.wait(timeout=self.poll):
+            if self.interruptible and call.wait(0):
+                return
+
+
+def _index(i: Any) -> int:
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+        raise TypeError(f"indices must be integers, got {i!r}")
+    return int(i)
+
+
+class StragglerGate(StragglerInjection):
+    """Evals held by an :class:`EventGate` (from :func:`gate_stragglers`).
+
+    :meth:`release` sets the event and lets them go; :meth:`clear` removes the gate. On
+    leaving a ``with`` / ``async with`` block it does both. With an asynchronous client,
+    await the results of :meth:`release` and :meth:`clear`.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client that registered the gate.
+    event : str
+        Name of the :class:`distributed.Event` that releases the held evals.
+    pending : object, optional
+        An asynchronous client's registration, to await.
+    name : str
+        The gate's plugin name on the workers.
+    """
+
+    def __init__(self, client: Client, event: str, pending: Any = None, name: str = ""):
+        super().__init__(client, pending, name or f"bacc-gate-{event}")
+        self.event = event
+
+    def release(self) -> Any:
+        """Set the event: every held eval lets go, and later ones pass (with an
+        asynchronous client, await the result)."""
+        return Event(self.event, client=self.client).set()
 
     def __exit__(self, *exc: object) -> None:
+        self.release()
         self.clear()
 
-    async def __aenter__(self) -> StragglerInjection:
-        return await self._registered()
-
     async def __aexit__(self, *exc: object) -> None:
+        await self.release()
         await self.clear()
 
 
-def clear_stragglers(client: Any = None) -> Any:
-    """Remove the straggler plugin from the workers (with an asynchronous client, await
-    the result)."""
+def gate_stragglers(
+    indices: Iterable[int] = (),
+    workers: Iterable[Any] = (),
+    *,
+    event: str | None = None,
+    interruptible: bool = True,
+    client: Client | None = None,
+) -> StragglerGate:
+    """Make chosen coded tasks straggle until released: no wall-clock in the test.
+
+    Installs an :class:`EventGate` on every worker (and on workers that join later): in
+    every coded job from then on, the evals of the coded tasks in ``indices``, and every
+    eval on the ``workers``, wait after ``func`` until the gate is released (or, when
+    ``interruptible``, until their job no longer needs them)::
+
+        with gate_stragglers(indices=[3, 5]) as gate:
+            job = dask_bacc.submit_coded(f, X, n_blocks=4, n_coded=8, wait=6)
+            job.result()  # decoded from the other six
+            assert sorted(job.report.straggled) == [3, 5]
+
+    With an asynchronous client, ``async with gate_stragglers(...)`` or
+    ``gate = await gate_stragglers(...)``, then ``await gate.release()`` and
+    ``await gate.clear()``.
+
+    Parameters
+    ----------
+    indices : iterable of int
+        Coded task indices to hold (task i of a job is ``report.workers[i]``'s task).
+    workers : iterable of str
+        Names or addresses of workers whose evals to hold.
+    event : str, optional
+        Name of the :class:`distributed.Event` that releases them; by default a fresh
+        name (``gate.event``).
+    interruptible : bool
+        False: a held eval keeps its thread after its job is done, until the release, like
+        a ``func`` that cannot be stopped.
+    client : distributed.Client, optional
+        Defaults to the current client.
+
+    Returns
+    -------
+    StragglerGate
+        The gate: ``release()`` lets the held evals go; leaving a ``with`` block releases
+        and removes it.
+    """
     client = client if client is not None else default_client()
-    return client.unregister_worker_plugin(STRAGGLER_PLUGIN_NAME)
+    name = event if event is not None else f"bacc-gate-{uuid.uuid4().hex}"
+    gate = EventGate(
+        name,
+        indices=frozenset(indices),
+        workers=frozenset(str(w) for w in workers),
+        interruptible=interruptible,
+    )
+    registered = client.register_plugin(gate, name=gate.name)
+    return StragglerGate(client, name, registered if client.asynchronous else None, gate.name)
+
+
+# -- the uncoded baseline and the accounting ---------------------------------------------------
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+def _this_worker() -> Any:
+    from distributed import get_worker
+
+    try:
+        return get_worker()
+    except ValueError:  # not in a task on a worker
+        return None
 
 
 def plain_task(
@@ -246,33 +606,70 @@ def plain_task(
 ) -> Any:
     """An uncoded baseline task that meets the same injected stragglers as coded ones.
 
-    Runs ``func(block, *args, **kwargs)``, then sleeps the delay the worker's
-    :class:`StragglerPlugin` draws for task ``index`` of job ``seq``. The sleep is not
-    interruptible: plain Dask cannot stop a running task. Give baseline jobs ``seq``
-    numbers disjoint from dask-bacc's (which count 0, 1, 2, ... per client process), e.g.
+    Runs ``func(block, *args, **kwargs)``, then calls the worker's eval hooks as a coded
+    task ``index`` of job ``seq`` would: the delay its :class:`StragglerPlugin` draws, the
+    hold of an :class:`EventGate`. The wait is not interruptible: plain Dask cannot stop a
+    running task. Give baseline jobs ``seq`` numbers disjoint from dask-bacc's (which count
+    0, 1, 2, ... per client process), e.g.
     ``client.map(plain_task, blocks, [PLAIN_SEQ_BASE + r] * K, range(K), [func] * K)``.
+
+    Parameters
+    ----------
+    block : object
+        The block ``func`` maps.
+    seq, index : int
+        The baseline job's number and the task's index (the straggler draw's seed).
+    func : callable
+        The mapped function.
+    *args, **kwargs
+        More arguments of ``func``.
+
+    Returns
+    -------
+    object
+        ``func(block, *args, **kwargs)``.
     """
     start = time.perf_counter()
     out = func(block, *args, **kwargs)
-    straggle(index, seq, start, time.sleep)
+    worker = _this_worker()
+    if worker is not None:
+        call = EvalCall(token="", seq=seq, index=index, start=start, worker=worker, wait=_sleep)
+        for hook in eval_hooks(worker):
+            hook.after_eval(call)
     return out
 
 
-def task_seconds(client: Any = None) -> list[tuple[int, int, str, float]]:
+def task_seconds(client: Client | None = None) -> list[LogEntry]:
     """Thread-seconds each instrumented task occupied: ``(seq, index, worker, seconds)``.
 
     Recorded by the :class:`StragglerPlugin` for every dask-bacc eval task and every
     :func:`plain_task` that ran to the end on a worker, including cancelled stragglers
     (their delay counts until it was interrupted). Benchmarks sum it as compute spent.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        Defaults to the current client.
+
+    Returns
+    -------
+    list of tuple
+        One ``(seq, index, worker name, seconds)`` per task, from every worker (with an
+        asynchronous client, await the result).
     """
     client = client if client is not None else default_client()
 
-    def collect(dask_worker: Any) -> list:
+    def collect(dask_worker: Any) -> list[LogEntry]:
         plugin = dask_worker.plugins.get(STRAGGLER_PLUGIN_NAME)
         return list(plugin.busy) if plugin is not None else []
 
-    async def gather() -> list[tuple[int, int, str, float]]:
+    async def gather() -> list[LogEntry]:
         per_worker = await client.run(collect, asynchronous=True)
-        return [tuple(entry) for entries in per_worker.values() for entry in entries]
+        return [
+            (int(s), int(i), str(w), float(t))
+            for entries in per_worker.values()
+            for s, i, w, t in entries
+        ]
 
-    return client.sync(gather)
+    result: list[LogEntry] = client.sync(gather)
+    return result

@@ -24,7 +24,7 @@ CELLS = [
     """import numpy as np
 from distributed import Client, LocalCluster
 import dask_bacc
-from dask_bacc.stragglers import SlowWorkers, inject_stragglers
+from dask_bacc.testing import SlowWorkers, inject_stragglers
 
 client = Client(LocalCluster(n_workers=4, threads_per_worker=1, processes=False))
 X = np.random.default_rng(0).standard_normal((4000, 16))

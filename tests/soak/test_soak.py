@@ -47,7 +47,7 @@ from distributed import Client
 
 import dask_bacc
 from dask_bacc.runtime import job as job_module
-from dask_bacc.stragglers import Bimodal, inject_stragglers
+from dask_bacc.testing import Bimodal, inject_stragglers
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cluster import ProcessCluster
