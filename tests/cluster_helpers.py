@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from distributed import LocalCluster, Scheduler
+from distributed import Event, LocalCluster, Scheduler
 from distributed import utils_test as _utils_test
 
 from dask_bacc.runtime.placement import choose_workers
@@ -32,14 +32,12 @@ async def until(predicate: Callable[[], bool], what: str, deadline: float = 30.0
         await asyncio.sleep(0.01)
 
 
-async def no_bacc_tasks(s: Any, token: str = "", deadline: float = 20.0) -> None:
-    """Wait until the scheduler holds no ``bacc-`` task (of job ``token``, if given);
-    polled with a deadline, never after a ``gc.collect()``."""
-
-    def left() -> list[Any]:
-        return [k for k in s.tasks if "bacc-" in str(k) and token in str(k)]
-
-    await until(lambda: not left(), f"bacc- tasks to leave the scheduler: {left()}", deadline)
+def blocker(event_name: str) -> int:
+    """A plain task that occupies its worker's thread until the distributed Event
+    ``event_name`` is set (to keep a worker busy with work that is not a coded eval; coded
+    evals are held with ``dask_bacc.testing.gate_stragglers``)."""
+    Event(event_name).wait()
+    return 0
 
 
 async def no_tasks(s: Any, deadline: float = 10.0) -> None:

@@ -11,10 +11,12 @@ import cloudpickle
 import numpy as np
 import pytest
 from cluster_helpers import gen_cluster, names_at
-from distributed import Event, get_worker
+from distributed import get_worker
 
 import dask_bacc
 from dask_bacc.codes import get_code
+from dask_bacc.testing import assert_decodes_reference, gate_stragglers
+from dask_bacc.testing import relative_error as rel
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -26,29 +28,10 @@ SMOOTH = 0.5 * np.stack([np.sin(2 * np.pi * 0.3 * T + p) for p in (0, 1, 2)], ax
 ROUGH = np.random.default_rng(0).standard_normal((64, 3))
 
 
-def gated(x, slow, event_name):
-    """tanh(x), but workers named in ``slow`` first wait for the distributed Event."""
-    if str(get_worker().name) in slow:
-        Event(event_name).wait()
-    return np.tanh(x)
-
-
 def corrupt_on(x, bad):
     """tanh(x), except that the workers named in ``bad`` return -3 tanh(x) (Byzantine)."""
     y = np.tanh(x)
     return -3.0 * y if str(get_worker().name) in bad else y
-
-
-def reference(report, X, func=np.tanh):
-    """The job's own code decoding f of its coded shares from ``report.returned``."""
-    code = get_code(**report.code)
-    coded = code.encode(np.stack(np.split(X, code.K)))
-    results = np.stack([func(coded[i]) for i in report.returned])
-    return np.concatenate(code.decode(results, report.returned))
-
-
-def rel(a, b):
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 @pytest.mark.slow
@@ -77,71 +60,58 @@ async def test_report_carries_the_error_estimate(c, s, *workers):
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_until_stops_early_on_a_smooth_function(c, s, *workers):
-    slow, placement = await names_at(c, (2, 6), 8)
-    release = Event("release-until-smooth", client=c)
+    _, placement = await names_at(c, (), 8)
     policy = dask_bacc.until(error=0.1, min_results=6)
-    job = await dask_bacc.submit_coded(
-        gated, SMOOTH, slow, release.name, n_blocks=4, n_coded=8, wait=policy, client=c
-    )
-    assert job.report.workers == placement
-    out = await job
+    async with gate_stragglers(indices=[2, 6], client=c):
+        job = await dask_bacc.submit_coded(
+            np.tanh, SMOOTH, n_blocks=4, n_coded=8, wait=policy, client=c
+        )
+        assert job.report.workers == placement
+        out = await job
     rep = job.report
     assert rep.trigger == "error"
     assert sorted(rep.straggled) == [2, 6] and len(rep.returned) == 6
     assert rep.estimates[-1][0] == 6 and rep.estimates[-1][1] <= 0.1
     assert rep.error_estimate <= 0.1
-    np.testing.assert_allclose(out, reference(rep, SMOOTH), rtol=1e-12, atol=1e-12)
+    assert_decodes_reference(out, rep, np.tanh, SMOOTH)
     assert rel(out, np.tanh(SMOOTH)) < 0.1
-    await release.set()
 
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_until_waits_longer_on_a_rough_function(c, s, *workers):
-    slow, _ = await names_at(c, (2, 6), 8)
-    release = Event("release-until-rough", client=c)
+    gate = await gate_stragglers(indices=[2, 6], client=c)
     policy = dask_bacc.until(error=0.1, min_results=6)
     job = await dask_bacc.submit_coded(
-        gated,
-        ROUGH,
-        slow,
-        release.name,
-        n_blocks=4,
-        n_coded=8,
-        wait=policy,
-        code="berrut",
-        client=c,
+        np.tanh, ROUGH, n_blocks=4, n_coded=8, wait=policy, code="berrut", client=c
     )
     while not job.report.estimates:  # the six ungated results landed and were estimated
         await asyncio.sleep(0.01)
     assert job.report.estimates[0][0] == 6 and job.report.estimates[0][1] > 0.1
     assert not job.done()  # still waiting for the gated stragglers
-    await release.set()
+    await gate.release()
     out = await job
+    await gate.clear()
     rep = job.report
     assert rep.trigger == "all" and sorted(rep.returned) == list(range(8))
-    np.testing.assert_allclose(out, reference(rep, ROUGH), rtol=1e-12, atol=1e-12)
+    assert_decodes_reference(out, rep, np.tanh, ROUGH)
 
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
-    slow, _ = await names_at(c, (2, 6), 8)
-    release = Event("release-until-timeout", client=c)
-    job = await dask_bacc.submit_coded(
-        gated,
-        ROUGH,
-        slow,
-        release.name,
-        n_blocks=4,
-        n_coded=8,
-        wait=dask_bacc.until(error=1e-6),
-        timeout=10,  # the six ungated results must land first, even on a loaded machine
-        client=c,
-    )
-    await job
+    async with gate_stragglers(indices=[2, 6], client=c):
+        job = await dask_bacc.submit_coded(
+            np.tanh,
+            ROUGH,
+            n_blocks=4,
+            n_coded=8,
+            wait=dask_bacc.until(error=1e-6),
+            timeout=10,  # the six ungated results must land first, even on a loaded machine
+            client=c,
+        )
+        await job
     assert job.report.trigger == "timeout" and len(job.report.returned) == 6
-    await release.set()
     # an exact code's error is 0 once decodable: until() waits for its threshold and, as
     # the default wait, Lagrange's one spare result that checks the decode
     job = await dask_bacc.submit_coded(
@@ -159,10 +129,8 @@ async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
     np.testing.assert_allclose(out, ROUGH**2, rtol=1e-9, atol=1e-12)
 
 
-def gated_linear(x, slow, event_name):
-    """3x + 1 (a degree-1 polynomial), but workers named in ``slow`` first wait for the Event."""
-    if str(get_worker().name) in slow:
-        Event(event_name).wait()
+def linear(x):
+    """3x + 1 (a degree-1 polynomial)."""
     return 3.0 * x + 1.0
 
 
@@ -174,22 +142,19 @@ async def test_ill_conditioned_lagrange_decode_warns(c, s, *workers):
     the stragglers spread out instead, the same job is exact and silent."""
     X = np.random.default_rng(5).standard_normal((64, 3))
     for slow_indices, event in ((range(8, 16), "lagrange-gap"), (range(1, 16, 2), "spread")):
-        slow, _ = await names_at(c, slow_indices, 16)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            job = await dask_bacc.submit_coded(
-                gated_linear,
-                X,
-                slow,
-                event,
-                n_blocks=8,
-                n_coded=16,
-                code="lagrange",
-                wait=8,  # the threshold: decode from the first eight points
-                client=c,
-            )
-            out = await job
-        await Event(event, client=c).set()
+            async with gate_stragglers(indices=slow_indices, client=c):
+                job = await dask_bacc.submit_coded(
+                    linear,
+                    X,
+                    n_blocks=8,
+                    n_coded=16,
+                    code="lagrange",
+                    wait=8,  # the threshold: decode from the first eight points
+                    client=c,
+                )
+                out = await job
         rep = job.report
         assert sorted(rep.returned) == sorted(set(range(16)) - set(slow_indices))
         ours = [w for w in caught if "amplifies rounding errors" in str(w.message)]
@@ -245,7 +210,7 @@ async def test_adversaries_are_located_and_excluded(c, s, *workers, n_bad):
     assert rep.adversaries == n_bad and sorted(rep.excluded) == sorted(bad_idx)
     assert not set(bad_idx) & set(rep.returned) and len(rep.returned) == N - n_bad
     assert rep.late == []
-    np.testing.assert_allclose(out, reference(rep, SMOOTH), rtol=1e-12, atol=1e-12)
+    assert_decodes_reference(out, rep, np.tanh, SMOOTH)
     # the error is that of decoding the honest results; all N, corrupted ones included,
     # would be far worse
     code = get_code(**rep.code)

@@ -12,13 +12,14 @@ import dask
 import numpy as np
 import pytest
 from cluster_helpers import gen_cluster
-from distributed import Client, Event, get_worker
+from distributed import Client, get_worker
 from tornado.httpclient import AsyncHTTPClient
 
 import dask_bacc
 from dask_bacc import diagnostics
 from dask_bacc.diagnostics import PLUGIN_NAME, BaccDiagnostics
 from dask_bacc.diagnostics.progress import want_progress
+from dask_bacc.testing import gate_stragglers, tasks_on
 
 # worker threads unpickle the test's functions: ship them by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -27,10 +28,8 @@ EIGHT = [("127.0.0.1", 1)] * 8
 DASHBOARD = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
 
 
-def gated(x, slow, event_name):
-    """tanh(x), but workers named in ``slow`` first wait for the distributed Event."""
-    if str(get_worker().name) in slow:
-        Event(event_name).wait()
+def gated(x):
+    """tanh(x): the function of the gated jobs (its name shows in the figures)."""
     return np.tanh(x)
 
 
@@ -42,11 +41,6 @@ def raise_on(x, bad):
 
 def names(workers):
     return {str(w.name) for w in workers}
-
-
-def indices_on(report, workers):
-    addrs = {w.address for w in workers}
-    return {i for i, a in enumerate(report.workers) if a in addrs}
 
 
 async def closed_job(s, token):
@@ -63,13 +57,14 @@ async def fetch(s, path):
     return response.code, response.body.decode()
 
 
-async def gated_job(c, workers, event_name, **kwargs):
-    """Berrut, K=4, N=8, wait=6 with the first two workers blocked on ``event_name``."""
+async def gated_job(c, workers, **kwargs):
+    """Berrut, K=4, N=8, wait=6 with the first two workers' tasks held after ``func`` (not
+    interruptible: still running at the decode) until the returned gate is released."""
     X = np.random.default_rng(0).standard_normal((40, 3))
     kwargs.setdefault("code", "berrut")
-    return await dask_bacc.submit_coded(
-        gated, X, names(workers[:2]), event_name, n_blocks=4, n_coded=8, wait=6, client=c, **kwargs
-    )
+    gate = await gate_stragglers(workers=names(workers[:2]), interruptible=False, client=c)
+    job = await dask_bacc.submit_coded(gated, X, n_blocks=4, n_coded=8, wait=6, client=c, **kwargs)
+    return job, gate
 
 
 @pytest.mark.slow
@@ -100,12 +95,11 @@ async def test_plugin_registration_is_idempotent(c, s, *workers):
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_stats_of_a_gated_job_with_stragglers(c, s, *workers):
-    release = Event("release-stats", client=c)
-    job = await gated_job(c, workers, "release-stats")
+    job, gate = await gated_job(c, workers)
     await job
     rep = job.report
     stats = await closed_job(s, job.token)
-    slow = indices_on(rep, workers[:2])
+    slow = tasks_on(rep, workers[:2])
     assert (stats["func"], stats["code"], stats["K"], stats["N"]) == ("gated", "berrut", 4, 8)
     assert stats["needed"] == rep.wait_target == 6
     assert stats["landed"] == stats["used"] == len(rep.returned) == 6
@@ -136,7 +130,8 @@ async def test_stats_of_a_gated_job_with_stragglers(c, s, *workers):
     }
     # and the client can read it without HTTP
     assert (await diagnostics.get_stats(c, job.token))["cancelled"] == 2
-    await release.set()
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow
@@ -148,34 +143,27 @@ async def test_failed_tasks_and_a_departed_worker_are_reported(c, s, *workers):
     )
     await job
     stats = await closed_job(s, job.token)
-    (bad,) = indices_on(job.report, workers[3:4])
+    (bad,) = tasks_on(job.report, workers[3:4])
     assert stats["failed"] == 1 and stats["landed"] == 7
     assert "ZeroDivisionError: injected failure" in stats["failures"][str(bad)]
     assert {t["index"] for t in stats["tasks"] if t["outcome"] == "failed"} == {bad}
 
     # a worker closes while its (pinned) task runs: the task can never return
-    release = Event("release-left", client=c)
     leaving = workers[7]
+    gate = await gate_stragglers(workers=[leaving.name], client=c)
     job = await dask_bacc.submit_coded(
-        gated,
-        X,
-        names([leaving]),
-        "release-left",
-        n_blocks=4,
-        n_coded=8,
-        wait=8,
-        client=c,
-        code="berrut",
+        gated, X, n_blocks=4, n_coded=8, wait=8, client=c, code="berrut"
     )
     while leaving.state.executing_count == 0:
         await asyncio.sleep(0.01)
     await leaving.close(executor_wait=False)
     await job
     stats = await closed_job(s, job.token)
-    (gone,) = indices_on(job.report, [leaving])
+    (gone,) = tasks_on(job.report, [leaving])
     assert stats["failed"] == 1 and "left" in stats["failures"][str(gone)]
     assert stats["trigger"] == "exhausted" and stats["used"] == 7
-    await release.set()
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow
@@ -189,8 +177,7 @@ async def test_preloaded_plugin_works_from_transitions_alone(c, s, *workers):
     """The client sends nothing: every figure comes from the scheduler's transitions."""
     plugin = s.plugins[PLUGIN_NAME]
     assert plugin.registered_by == "preload"
-    release = Event("release-alone", client=c)
-    job = await gated_job(c, workers, "release-alone")
+    job, gate = await gated_job(c, workers)
     await job
     stats = await closed_job(s, job.token)
     assert stats["func"] is None and stats["needed"] is None  # only the client knows those
@@ -202,25 +189,17 @@ async def test_preloaded_plugin_works_from_transitions_alone(c, s, *workers):
     used = {t["index"] for t in stats["tasks"] if t["outcome"] == "used"}
     assert used == set(job.report.returned)  # read off the decode tasks' dependencies
     assert plugin.jobs_total[("unknown", "decoded")] == 1
-    await release.set()
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_job_of_a_client_that_dies_is_closed_as_abandoned(c, s, *workers):
-    release = Event("release-dead", client=c)
+    gate = await gate_stragglers(workers=names(workers), client=c)
     c2 = await Client(s.address, asynchronous=True)
     X = np.ones((8, 2))
-    job = await dask_bacc.submit_coded(
-        gated,
-        X,
-        names(workers),
-        "release-dead",
-        n_blocks=4,
-        n_coded=8,
-        client=c2,
-        code="berrut",
-    )
+    job = await dask_bacc.submit_coded(gated, X, n_blocks=4, n_coded=8, client=c2, code="berrut")
     plugin = s.plugins[PLUGIN_NAME]
     while job.token not in plugin.jobs or plugin.jobs[job.token].func is None:
         await asyncio.sleep(0.01)  # its start message arrived
@@ -230,14 +209,14 @@ async def test_job_of_a_client_that_dies_is_closed_as_abandoned(c, s, *workers):
     assert stats["outcome"] == "abandoned" and stats["status"] == "abandoned"
     assert stats["func"] == "gated" and stats["cancelled"] == 8 and stats["landed"] == 0
     assert plugin.jobs_total[("berrut", "abandoned")] == 1
-    await release.set()
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT, scheduler_kwargs=DASHBOARD)
 async def test_stats_json_page_and_metrics_over_http(c, s, *workers):
-    release = Event("release-http", client=c)
-    job = await gated_job(c, workers, "release-http")
+    job, gate = await gated_job(c, workers)
     await job
     await closed_job(s, job.token)
 
@@ -274,7 +253,8 @@ async def test_stats_json_page_and_metrics_over_http(c, s, *workers):
     assert code == 200 and "bokeh" in body.lower() and 'id="myTopnav"' in body
     code, body = await fetch(s, "/status")  # the navigation bar links the page
     assert code == 200 and 'href="bacc"' in body
-    await release.set()
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow
@@ -337,10 +317,10 @@ async def test_progress_bar_when_forced_on(c, s, *workers, capsys):
     X = np.random.default_rng(2).standard_normal((16, 2))
     # off by default here
     await dask_bacc.map_coded(np.tanh, X, n_blocks=4, client=c, code="berrut")
-    release = Event("release-bar", client=c)
-    job = await gated_job(c, workers, "release-bar", progress=True)
+    job, gate = await gated_job(c, workers, progress=True)
     await job
-    await release.set()
+    await gate.release()
+    await gate.clear()
     while any(w.state.executing_count for w in workers):
         await asyncio.sleep(0.01)  # the cancelled stragglers' threads are free again
     with dask.config.set({"bacc.progress": True}):  # or on from the configuration

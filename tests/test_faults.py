@@ -16,39 +16,18 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
-from cluster_helpers import gen_cluster, names_at, no_bacc_tasks, until
+from cluster_helpers import blocker, gen_cluster, names_at, until
 from distributed import Event, Queue, get_worker
 
 import dask_bacc
-from dask_bacc.codes import get_code
 from dask_bacc.codes.transform import Transform
+from dask_bacc.testing import assert_decodes_reference, assert_no_bacc_tasks, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EIGHT = [("127.0.0.1", 1)] * 8
 TEN = [("127.0.0.1", 1)] * 10
 NO_STEALING = {"distributed.scheduler.work-stealing": False}
-
-
-def reference(report, X, func=np.tanh):
-    """The job's own code decoding f of its coded shares from ``report.returned``."""
-    code = get_code(**report.code)
-    coded = code.encode(np.stack(np.split(X, code.K)))
-    results = np.stack([func(coded[i]) for i in report.returned])
-    return np.concatenate(code.decode(results, report.returned))
-
-
-def gated(x, slow, event_name):
-    """tanh(x); workers named in ``slow`` first wait for the distributed Event."""
-    if str(get_worker().name) in slow:
-        Event(event_name).wait()
-    return np.tanh(x)
-
-
-def blocker(event_name):
-    """Occupies its worker's only thread until the distributed Event is set."""
-    Event(event_name).wait()
-    return 0
 
 
 def worker_of(workers, address):
@@ -78,13 +57,13 @@ async def test_result_lost_after_landing_before_gather(c, s, *workers, noticed):
     the worker leaving and the job's next liveness check.
     """
     X = np.random.default_rng(21).standard_normal((16, 2))
-    slow, placement = await names_at(c, (7,), 8)
-    gate = Event("fault-gather", client=c)
+    _, placement = await names_at(c, (), 8)
+    gate = await gate_stragglers(indices=[7], client=c)
     victim = worker_of(workers, placement[2])
     poll = "100ms" if noticed else "1h"
     with dask.config.set({"bacc.poll-interval": poll}):
         job = await dask_bacc.submit_coded(
-            gated, X, slow, gate.name, n_blocks=4, n_coded=8, wait=8, code="berrut", client=c
+            np.tanh, X, n_blocks=4, n_coded=8, wait=8, code="berrut", client=c
         )
         assert job.report.workers == placement and job.decode_here
         await until(lambda: len(job.decider.usable) == 7, "results 0-6 to land")
@@ -93,18 +72,19 @@ async def test_result_lost_after_landing_before_gather(c, s, *workers, noticed):
         await until(lambda: victim.address not in s.workers, "the scheduler to drop the worker")
         if noticed:
             await until(lambda: 2 in job.decider.failed, "the job to write result 2 off")
-        await gate.set()
+        await gate.release()
         try:
             out = await asyncio.wait_for(job, 15)
         except asyncio.TimeoutError:
             await job.cancel()  # end the hung loop, then check the clean-up still happens
-            await no_bacc_tasks(s)
+            await assert_no_bacc_tasks(s)
             pytest.fail(f"the job hung after losing a landed result: {job!r}")
+    await gate.clear()
     rep = job.report
     assert sorted(rep.returned) == [0, 1, 3, 4, 5, 6, 7]
     assert "left" in rep.failed[2] or "lost" in rep.failed[2], rep.failed
-    np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
-    await no_bacc_tasks(s)
+    assert_decodes_reference(out, rep, np.tanh, X)
+    await assert_no_bacc_tasks(s)
 
 
 # -- 2. a worker lost while the decode task runs on it ------------------------------------
@@ -163,8 +143,8 @@ async def test_worker_lost_while_the_decode_task_runs(c, s, *workers):
     assert sorted(rep.returned) == sorted(set(range(8)) - lost)
     assert all("left" in rep.failed[i] or "lost" in rep.failed[i] for i in lost), rep.failed
     assert rep.trigger == "exhausted"
-    np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
-    await no_bacc_tasks(s)
+    assert_decodes_reference(out, rep, np.tanh, X, transform=HOLD_DECODE)
+    await assert_no_bacc_tasks(s)
 
 
 # -- 3. a worker lost while its result is being screened ----------------------------------
@@ -184,22 +164,13 @@ async def test_worker_lost_while_its_result_is_screened(c, s, *workers):
     still end at once.
     """
     X = np.random.default_rng(23).standard_normal((12, 2))
-    slow, placement = await names_at(c, (3,), 6)
-    gate = Event("fault-screen-eval", client=c)
+    _, placement = await names_at(c, (), 6)
+    gate = await gate_stragglers(indices=[3], client=c)
     hold = Event("fault-screen-hold", client=c)
     victim = worker_of(workers, placement[3])
     with dask.config.set({"bacc.client-decode-limit": 0, "bacc.accuracy.sketch-timeout": "600s"}):
         job = await dask_bacc.submit_coded(
-            gated,
-            X,
-            slow,
-            gate.name,
-            n_blocks=2,
-            n_coded=6,
-            wait=6,
-            adversaries=1,
-            code="berrut",
-            client=c,
+            np.tanh, X, n_blocks=2, n_coded=6, wait=6, adversaries=1, code="berrut", client=c
         )
         assert job.report.workers == placement and not job.decode_here
         sketch3 = (f"bacc-sketch-{job.token}", 3)
@@ -207,7 +178,7 @@ async def test_worker_lost_while_its_result_is_screened(c, s, *workers):
         # queued behind eval 3, ahead of its sketch: takes the thread when eval 3 ends
         block = c.submit(blocker, hold.name, workers=[victim.address], priority=100)
         await until(lambda: block.key in victim.state.tasks, "the blocker to reach the worker")
-        await gate.set()
+        await gate.release()
         await until(lambda: job.report.trigger is not None, "the screen to start")
         assert sorted(job.decider.usable) == list(range(6))
         assert s.tasks[sketch3].state == "processing"
@@ -220,7 +191,8 @@ async def test_worker_lost_while_its_result_is_screened(c, s, *workers):
     assert 3 not in rep.returned
     assert 3 in rep.excluded or "left" in rep.failed.get(3, ""), (rep.excluded, rep.failed)
     assert len(rep.returned) >= 5  # 2K + 2A - 1 results were needed
-    np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
+    assert_decodes_reference(out, rep, np.tanh, X)
     await hold.set()
     block.release()
-    await no_bacc_tasks(s)
+    await gate.clear()
+    await assert_no_bacc_tasks(s)

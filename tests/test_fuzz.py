@@ -19,9 +19,10 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
-from cluster_helpers import gen_cluster, no_bacc_tasks
+from cluster_helpers import gen_cluster
 
 import dask_bacc
+from dask_bacc.testing import assert_no_bacc_tasks
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -160,7 +161,7 @@ async def test_fuzzed_jobs_end_cleanly_and_leave_no_task(c, s, *workers):
                 del out
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             # the job is over: its keys leave by reference counting alone
-            await no_bacc_tasks(s, token or "", deadline=10)
+            await assert_no_bacc_tasks(s, token or "", timeout=10)
             del job
     finally:
         gc.enable()

@@ -13,26 +13,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cluster_helpers import gen_cluster, names_at, no_bacc_tasks, until
+from cluster_helpers import blocker, gen_cluster, names_at, until
 from distributed import Event, get_worker
 
 import dask_bacc
 from dask_bacc import FirstK
-from dask_bacc.codes import LagrangeCode, RepetitionCode, get_code
+from dask_bacc.codes import LagrangeCode, RepetitionCode
+from dask_bacc.testing import assert_decodes_reference, assert_no_bacc_tasks
 
 # gen_cluster workers unpickle the task functions: ship this module's by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EIGHT = [("127.0.0.1", 1)] * 8
 FOUR = [("127.0.0.1", 1)] * 4
-
-
-def reference(report, X, func=np.tanh):
-    """The job's own code decoding f of its coded shares from ``report.returned``."""
-    code = get_code(**report.code)
-    coded = code.encode(np.stack(np.split(X, code.K)))
-    results = np.stack([func(coded[i]) for i in report.returned])
-    return np.concatenate(code.decode(results, report.returned))
 
 
 # -- 1. the grace period ----------------------------------------------------------------
@@ -90,17 +83,11 @@ async def test_result_inside_the_grace_window_is_decoded(c, s, *workers):
     assert sorted(rep.returned) == [0, 1, 2, 3, 4, 5, 7]
     assert list(rep.failed) == [6] and "ZeroDivisionError" in rep.failed[6]
     assert rep.late == []
-    np.testing.assert_allclose(out, reference(rep, X), rtol=1e-12, atol=1e-12)
-    await no_bacc_tasks(s, job.token)
+    assert_decodes_reference(out, rep, np.tanh, X)
+    await assert_no_bacc_tasks(s, job.token)
 
 
 # -- 2. queued stragglers are cancelled -------------------------------------------------
-def blocker(event_name):
-    """Occupies its worker's only thread until the distributed Event is set."""
-    Event(event_name).wait()
-    return 0
-
-
 def recorded_tanh(x):
     """tanh(x), recording on the worker that func ran there (read back in-process)."""
     w = get_worker()
@@ -157,8 +144,8 @@ async def test_queued_straggler_is_cancelled_and_never_runs_func(c, s, *workers)
     assert busy.__dict__.get("bacc_test_calls", []) == []
     assert evalq not in s.tasks
     data.release()
-    await no_bacc_tasks(s, token)
-    await no_bacc_tasks(s, data.token)
+    await assert_no_bacc_tasks(s, token)
+    await assert_no_bacc_tasks(s, data.token)
 
 
 # -- 3. repetition decodes from the lowest-index copy -------------------------------------
@@ -214,7 +201,7 @@ async def test_repetition_job_uses_the_lowest_index_copy(c, s, *workers, decode_
         out = await asyncio.wait_for(job, 30)
     assert job.report.workers == placement and sorted(job.report.returned) == [0, 1, 2, 3]
     np.testing.assert_array_equal(out, X + np.array([0.0, 0, 100, 100])[:, None])
-    await no_bacc_tasks(s, job.token)
+    await assert_no_bacc_tasks(s, job.token)
 
 
 # -- 4. xarray: every coordinate along the dimension is restored --------------------------

@@ -10,11 +10,12 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
-from cluster_helpers import checked_local_cluster, gen_cluster, names_at, no_bacc_tasks
+from cluster_helpers import checked_local_cluster, gen_cluster, names_at
 
 import dask_bacc
 from dask_bacc.codes import LagrangeCode
 from dask_bacc.codes.base import decode_residual
+from dask_bacc.testing import assert_no_bacc_tasks, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -109,7 +110,7 @@ async def test_a_failed_job_releases_its_tasks_without_a_gc(c, s, *workers, func
             await dask_bacc.map_coded(
                 func, np.ones((36, 3)), n_blocks=4, code="repetition", client=c
             )
-        await no_bacc_tasks(s)
+        await assert_no_bacc_tasks(s)
     finally:
         gc.enable()
     # the reason is named, not only its kind ("8 x InvalidResult")
@@ -168,7 +169,7 @@ async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
         for _ in range(12):
             await dask_bacc.map_coded(np.tanh, X, n_blocks=4, n_coded=8, code="berrut", client=c)
             seen.update(sp.id for sp in ext.spans.values() if sp.name[0] == "bacc")
-        await no_bacc_tasks(s)
+        await assert_no_bacc_tasks(s)
         await dask_bacc.map_coded(np.tanh, X, n_blocks=4, n_coded=8, code="berrut", client=c)
     roots = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
     assert len(roots) <= 3 + 1  # the history, and the newest job
@@ -202,7 +203,7 @@ async def test_a_value_dependent_output_shape_is_an_error_not_a_silent_answer(c,
         with dask.config.set({"bacc.client-decode-limit": limit}):
             with pytest.raises(ValueError, match="output shape depends on the values"):
                 await dask_bacc.map_coded(positives, data, n_blocks=4, code=code, client=c)
-    await no_bacc_tasks(s)
+    await assert_no_bacc_tasks(s)
 
 
 @pytest.mark.slow
@@ -305,45 +306,27 @@ async def test_exact_codes_keep_each_columns_dtype(c, s, *workers):
     assert (out.dtypes == np.float64).all()
 
 
-def gated_tanh(b, slow_name, event_name):
-    from distributed import Event, get_worker
-
-    if str(get_worker().name) == slow_name:
-        Event(event_name).wait()
-    return np.tanh(b)
-
-
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_a_held_straggler_whose_worker_dies_is_released(c, s, *workers):
     """The soak's leak: a straggler still running at decode is held until it ends; when
     its worker died meanwhile, the strictly pinned task sat in no-worker for good and the
     hold (and the scheduler's task) never went away."""
-    from distributed import Event
-
-    from dask_bacc.runtime.placement import choose_workers
-
-    info = await c.scheduler.identity(n_workers=-1)
-    placement = choose_workers(info["workers"], 8)
+    _, placement = await names_at(c, (), 8)
     victim = next(w for w in workers if w.address == placement[5])
+    # task 5 cannot be stopped: it keeps its thread after the decode
+    gate = await gate_stragglers(indices=[5], interruptible=False, client=c)
     job = await dask_bacc.submit_coded(
-        gated_tanh,
-        X,
-        str(victim.name),
-        "held-dies",
-        n_blocks=4,
-        n_coded=8,
-        wait=7,
-        code="berrut",
-        client=c,
+        np.tanh, X, n_blocks=4, n_coded=8, wait=7, code="berrut", client=c
     )
     await job
     assert 5 in job.report.straggled
-    while victim.state.executing_count == 0:  # still running f: held, not cancelled
+    while victim.state.executing_count == 0:  # still running: held, not cancelled
         await asyncio.sleep(0.01)
     await victim.close(executor_wait=False)
-    await no_bacc_tasks(s, deadline=10)
-    await Event("held-dies", client=c).set()
+    await assert_no_bacc_tasks(s, timeout=10)
+    await gate.release()
+    await gate.clear()
 
 
 def fails_on(b, names):
@@ -392,4 +375,4 @@ async def test_a_task_cancelled_by_the_scheduler_is_not_a_user_cancel(c, s, *wor
         await job
     assert isinstance(e.value.__cause__, FutureCancelledError)
     assert job.report.status == "error" and "lost dependencies" in job.report.error
-    await no_bacc_tasks(s)
+    await assert_no_bacc_tasks(s)

@@ -10,24 +10,18 @@ import cloudpickle
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import gen_cluster
-from distributed import Event, Nanny, get_worker
+from cluster_helpers import gen_cluster, names_at
+from distributed import Nanny, get_worker
 
 import dask_bacc
 from dask_bacc.codes import get_code
 from dask_bacc.runtime.worker import state
+from dask_bacc.testing import assert_decodes_reference, assert_exact, gate_stragglers, tasks_on
 
 # worker processes (Nanny tests) cannot import this module: ship its functions by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EIGHT = [("127.0.0.1", 1)] * 8
-
-
-def gated(x, slow, event_name, func=np.tanh):
-    """func(x), but workers named in ``slow`` first wait for the distributed Event."""
-    if str(get_worker().name) in slow:
-        Event(event_name).wait()
-    return func(x)
 
 
 def bad_on(x, bad, kind):
@@ -44,58 +38,31 @@ def bad_on(x, bad, kind):
     return np.tanh(x)
 
 
-def blocks_of(X, K):
-    return np.stack(np.split(X, K))
-
-
-def expected_decode(report, func, X):
-    """code.decode(f(code.encode(X))[returned], returned) for the job's own code and set."""
-    code = get_code(**report.code)
-    coded = code.encode(blocks_of(X, code.K))
-    results = np.stack([func(coded[i]) for i in report.returned])
-    return code.decode(results, report.returned)
-
-
-def indices_on(report, workers):
-    addrs = {w.address for w in workers}
-    return {i for i, a in enumerate(report.workers) if a in addrs}
-
-
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((40, 3))
     slow = workers[:2]
-    release = Event("release-slow", client=c)
-    job = await dask_bacc.submit_coded(
-        gated,
-        X,
-        {str(w.name) for w in slow},
-        "release-slow",
-        n_blocks=4,
-        n_coded=8,
-        wait=6,
-        client=c,
-    )
+    # the two stragglers cannot be stopped (like a func that never polls cancelled())
+    gate = await gate_stragglers(workers=[w.name for w in slow], interruptible=False, client=c)
+    job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=4, n_coded=8, wait=6, client=c)
     out = await job
     rep = job.report
-    # decoded while the two stragglers are still blocked in func
+    # decoded while the two stragglers are still held
     assert all(w.state.executing_count == 1 for w in slow)
     assert rep.status == "finished" and rep.trigger == "wait"
-    slow_idx = indices_on(rep, slow)
+    slow_idx = tasks_on(rep, slow)
     assert len(slow_idx) == 2
     assert set(rep.straggled) == slow_idx
     assert rep.cancelled == 2
     assert sorted(rep.returned) == sorted(set(range(8)) - slow_idx)
     assert rep.failed == {}
     assert len(set(rep.workers)) == 8  # one coded task per distinct worker
-    np.testing.assert_allclose(
-        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
-    )
+    assert_decodes_reference(out, rep, np.tanh, X)
     # every worker is told the job is over (right after the result is handed over)
     while not all(state(w).is_done(job.token) for w in workers):
         await asyncio.sleep(0.01)
-    # the stragglers still run f (a thread cannot be stopped): the scheduler keeps them
+    # the stragglers still hold their threads: the scheduler keeps them
     # processing on their workers, so new work is not sent to those busy threads
     running = {(f"bacc-eval-{job.token}", i) for i in slow_idx}
     while {
@@ -110,22 +77,22 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     plain = c.submit(np.square, 3.0, key="plain-after-job")
     assert await plain == 9.0
     assert {ws.address for ws in s.tasks["plain-after-job"].who_has}.isdisjoint(busy)
-    await release.set()
+    await gate.release()
     # once they return, their results are dropped: the scheduler holds no task of this job
     while any(job.token in str(k) for k in s.tasks):
         await asyncio.sleep(0.01)
     while any(w.state.executing_count for w in workers):
         await asyncio.sleep(0.01)
+    await gate.clear()
 
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_keys_and_strict_pinning(c, s, *workers):
     X = np.ones((8, 2))
-    release = Event("release-pin", client=c)
-    names = {str(w.name) for w in workers}
+    gate = await gate_stragglers(indices=range(8), client=c)
     job = await dask_bacc.submit_coded(
-        gated, X, names, "release-pin", n_blocks=4, n_coded=8, wait=8, code="berrut", client=c
+        np.tanh, X, n_blocks=4, n_coded=8, wait=8, code="berrut", client=c
     )
     while len([k for k in s.tasks if str(k).startswith(f"('bacc-eval-{job.token}'")]) < 8:
         await asyncio.sleep(0.01)
@@ -138,11 +105,12 @@ async def test_keys_and_strict_pinning(c, s, *workers):
         assert not ts.loose_restrictions
         assert not ts.dependencies
     assert not job.done()
-    await release.set()
+    await gate.release()
     out = await job
+    await gate.clear()
     assert out.shape == (8, 2)
     assert sorted(job.report.returned) == list(range(8))  # wait=8: every result decoded
-    np.testing.assert_allclose(out, np.concatenate(expected_decode(job.report, np.tanh, X)))
+    assert_decodes_reference(out, job.report, np.tanh, X)
 
 
 @pytest.mark.slow
@@ -163,14 +131,12 @@ async def test_eval_that_raises_is_an_erasure(c, s, *workers):
     )
     out = await job
     rep = job.report
-    (i_bad,) = indices_on(rep, [workers[3]])
+    (i_bad,) = tasks_on(rep, [workers[3]])
     assert list(rep.failed) == [i_bad]
     assert "ZeroDivisionError: injected failure" in rep.failed[i_bad]
     assert i_bad not in rep.returned and len(rep.returned) == 7
     assert rep.trigger == "exhausted"
-    np.testing.assert_allclose(
-        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
-    )
+    assert_decodes_reference(out, rep, np.tanh, X)
 
 
 @pytest.mark.slow
@@ -188,13 +154,11 @@ async def test_invalid_results_are_erasures(c, s, *workers, kind, reason):
     )
     out = await job
     rep = job.report
-    (i_bad,) = indices_on(rep, [workers[5]])
+    (i_bad,) = tasks_on(rep, [workers[5]])
     assert reason in rep.failed[i_bad]
     assert i_bad not in rep.returned
     assert np.isfinite(out).all()
-    np.testing.assert_allclose(
-        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
-    )
+    assert_decodes_reference(out, rep, np.tanh, X)
 
 
 @pytest.mark.slow
@@ -214,31 +178,22 @@ async def test_all_evals_fail_raises_insufficient_results(c, s, *workers):
 async def test_worker_closed_mid_job(c, s, *workers):
     X = np.random.default_rng(3).standard_normal((16, 2))
     leaving = workers[7]
-    release = Event("release-closed", client=c)
+    gate = await gate_stragglers(workers=[leaving.name], client=c)
     # wait for all 8: the job can only finish by writing off the closed worker's task
     job = await dask_bacc.submit_coded(
-        gated,
-        X,
-        {str(leaving.name)},
-        "release-closed",
-        n_blocks=4,
-        n_coded=8,
-        wait=8,
-        client=c,
-        code="berrut",
+        np.tanh, X, n_blocks=4, n_coded=8, wait=8, client=c, code="berrut"
     )
     while leaving.state.executing_count == 0:
         await asyncio.sleep(0.01)
     await leaving.close(executor_wait=False)
     out = await job
     rep = job.report
-    (i_gone,) = indices_on(rep, [leaving])
+    (i_gone,) = tasks_on(rep, [leaving])
     assert "left" in rep.failed[i_gone]
     assert rep.trigger == "exhausted" and len(rep.returned) == 7
-    np.testing.assert_allclose(
-        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
-    )
-    await release.set()
+    assert_decodes_reference(out, rep, np.tanh, X)
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow
@@ -248,16 +203,9 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
     info = await c.scheduler.identity(n_workers=-1)
     name_of = {a: str(w["name"]) for a, w in info["workers"].items()}
     victim = nannies[0]
+    await gate_stragglers(workers=[name_of[victim.worker_address]], client=c)  # never released
     job = await dask_bacc.submit_coded(
-        gated,
-        X,
-        {name_of[victim.worker_address]},
-        "never-set",
-        n_blocks=2,
-        n_coded=4,
-        wait=4,
-        client=c,
-        code="berrut",
+        np.tanh, X, n_blocks=2, n_coded=4, wait=4, client=c, code="berrut"
     )
     await asyncio.sleep(0)  # let the task start before the kill (not a timing assumption)
     await victim.kill()
@@ -265,24 +213,13 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
     rep = job.report
     assert rep.trigger == "exhausted"
     assert len(rep.failed) == 1 and "left" in next(iter(rep.failed.values()))
-    np.testing.assert_allclose(
-        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
-    )
+    assert_decodes_reference(out, rep, np.tanh, X)
 
-    # now every worker blocks, and every worker dies: an error, never a hang. Gate the
-    # original names too: the victim's nanny restarts its worker under the same name, and
-    # it may register between this identity call and the job's own placement query
-    info = await c.scheduler.identity(n_workers=-1)
-    job = await dask_bacc.submit_coded(
-        gated,
-        X,
-        set(name_of.values()) | {str(w["name"]) for w in info["workers"].values()},
-        "never-set",
-        n_blocks=2,
-        n_coded=3,
-        client=c,
-        code="berrut",
-    )
+    # now every coded task blocks, wherever it runs (the victim's nanny restarted its
+    # worker, which may register between any identity call and the job's own placement
+    # query), and every worker dies: an error, never a hang
+    await gate_stragglers(indices=range(3), client=c)  # never released
+    job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=2, n_coded=3, client=c, code="berrut")
     await asyncio.gather(*(n.kill() for n in nannies))  # nannies[0] restarted its worker
     with pytest.raises(dask_bacc.InsufficientResults, match="left before returning"):
         await job
@@ -293,43 +230,29 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
 async def test_timeout_decodes_from_what_arrived(c, s, *workers):
     X = np.random.default_rng(5).standard_normal((16, 2))
     slow = workers[:2]
-    release = Event("release-timeout", client=c)
-    job = await dask_bacc.submit_coded(
-        gated,
-        X,
-        {str(w.name) for w in slow},
-        "release-timeout",
-        n_blocks=4,
-        n_coded=8,
-        wait=8,
-        timeout=5,
-        client=c,
-        code="berrut",
-    )
-    out = await job
+    async with gate_stragglers(workers=[w.name for w in slow], client=c):
+        job = await dask_bacc.submit_coded(
+            np.tanh, X, n_blocks=4, n_coded=8, wait=8, timeout=5, client=c, code="berrut"
+        )
+        out = await job
     rep = job.report
     assert rep.trigger == "timeout"
-    assert set(rep.straggled) == indices_on(rep, slow)
-    np.testing.assert_allclose(
-        out, np.concatenate(expected_decode(rep, np.tanh, X)), rtol=1e-12, atol=1e-12
-    )
-    await release.set()
+    assert set(rep.straggled) == tasks_on(rep, slow)
+    assert_decodes_reference(out, rep, np.tanh, X)
 
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_cancel_job(c, s, *workers):
     X = np.ones((8, 2))
-    release = Event("release-cancel", client=c)
-    names = {str(w.name) for w in workers}
-    job = await dask_bacc.submit_coded(gated, X, names, "release-cancel", n_blocks=4, client=c)
-    await job.cancel()
-    assert job.done() and job.report.status == "cancelled"
-    with pytest.raises(concurrent.futures.CancelledError):
-        await job
-    while any(job.token in str(k) for k in s.tasks):
-        await asyncio.sleep(0.01)
-    await release.set()
+    async with gate_stragglers(workers=[w.name for w in workers], client=c):
+        job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=4, client=c)
+        await job.cancel()
+        assert job.done() and job.report.status == "cancelled"
+        with pytest.raises(concurrent.futures.CancelledError):
+            await job
+        while any(job.token in str(k) for k in s.tasks):
+            await asyncio.sleep(0.01)
 
 
 class _DeafTask:
@@ -350,15 +273,13 @@ class _DeafTask:
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_cancel_job_when_the_task_cancellation_is_lost(c, s, *workers):
     X = np.ones((8, 2))
-    release = Event("release-deaf", client=c)
-    names = {str(w.name) for w in workers}
-    job = await dask_bacc.submit_coded(gated, X, names, "release-deaf", n_blocks=4, client=c)
-    job._task = _DeafTask(job._task)
-    await asyncio.wait_for(job.cancel(), timeout=30)  # the loop sees the request itself
-    assert job.done() and job.report.status == "cancelled"
-    with pytest.raises(concurrent.futures.CancelledError):
-        await job
-    await release.set()
+    async with gate_stragglers(workers=[w.name for w in workers], client=c):
+        job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=4, client=c)
+        job._task = _DeafTask(job._task)
+        await asyncio.wait_for(job.cancel(), timeout=30)  # the loop sees the request itself
+        assert job.done() and job.report.status == "cancelled"
+        with pytest.raises(concurrent.futures.CancelledError):
+            await job
     while any(w.state.executing_count for w in workers):
         await asyncio.sleep(0.01)
 
@@ -418,12 +339,7 @@ async def test_round_trips_numpy_list_dask(c, s, *workers):
     job = await dask_bacc.submit_coded(np.tanh, x, client=c, n_coded=8, wait=6)
     y = await job
     assert isinstance(y, da.Array)
-    np.testing.assert_allclose(
-        await c.compute(y),
-        np.concatenate(expected_decode(job.report, np.tanh, X)),
-        rtol=1e-12,
-        atol=1e-12,
-    )
+    assert_decodes_reference(await c.compute(y), job.report, np.tanh, X)
     s_out = await dask_bacc.map_coded(np.sum, x, client=c, code="uncoded")
     assert s_out.shape == (4,)
     np.testing.assert_allclose(await c.compute(s_out), X.reshape(4, 4, 4).sum(axis=(1, 2)))
@@ -449,22 +365,14 @@ async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
     X = np.random.default_rng(9).standard_normal((12, 2))
     code = get_code("systematic-berrut", 3, 8)
     systematic = set(code.systematic_workers.tolist())
-    # every non-systematic coded task blocks; placement is index i -> report.workers[i],
-    # which is only known after submission, so block by worker name via a shared Event
-    release = Event("release-systematic", client=c)
-    info = await c.scheduler.identity(n_workers=-1)
-    from dask_bacc.runtime.placement import choose_workers
-
-    placement = choose_workers(info["workers"], 8)
-    blocked = {str(info["workers"][placement[i]]["name"]) for i in range(8) if i not in systematic}
-    job = await dask_bacc.submit_coded(
-        gated, X, blocked, "release-systematic", code=code, wait=8, client=c
-    )
-    assert job.report.workers == placement
-    out = await job
+    _, placement = await names_at(c, (), 8)
+    # every non-systematic coded task blocks
+    async with gate_stragglers(indices=set(range(8)) - systematic, client=c):
+        job = await dask_bacc.submit_coded(np.tanh, X, code=code, wait=8, client=c)
+        assert job.report.workers == placement
+        out = await job
     assert set(job.report.returned) == systematic and job.report.trigger == "wait"
-    np.testing.assert_allclose(out, np.tanh(X), rtol=1e-12, atol=1e-12)
-    await release.set()
+    assert_exact(out, np.tanh, X, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.slow
@@ -472,17 +380,14 @@ async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
 async def test_default_wait_keeps_collecting_for_a_grace_period(c, s, *workers):
     X = np.random.default_rng(10).standard_normal((16, 2))
     slow = workers[:2]
-    release = Event("release-grace", client=c)
-    job = await dask_bacc.submit_coded(
-        gated, X, {str(w.name) for w in slow}, "release-grace", n_blocks=4, n_coded=8, client=c
-    )
-    await job
+    async with gate_stragglers(workers=[w.name for w in slow], client=c):
+        job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=4, n_coded=8, client=c)
+        await job
     rep = job.report
     assert rep.wait_target == 6 and rep.trigger == "wait"
-    assert sorted(rep.returned) == sorted(set(range(8)) - indices_on(rep, slow))
+    assert sorted(rep.returned) == sorted(set(range(8)) - tasks_on(rep, slow))
     # the decode waited out the grace period: 0.2 x the time the target took
     assert rep.time_to_decode >= 1.2 * rep.target_met
-    await release.set()
 
 
 def test_grace_validation_and_exact_codes():
