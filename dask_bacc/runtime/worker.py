@@ -27,21 +27,31 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
+from numpy.typing import ArrayLike, NDArray
 
 from .. import config
 from ..exceptions import InvalidInput, InvalidResult
+
+if TYPE_CHECKING:
+    from distributed import Worker
+
+    from ..codes._types import FloatArray
+    from ..codes.transform import Transform
 
 __all__ = [
     "PLUGIN_NAME",
     "BaccWorker",
     "Decoded",
+    "DecodedInfo",
     "EvalCall",
     "EvalHook",
     "InconsistentResults",
+    "ResultSpec",
+    "Share",
     "WorkerState",
     "cancelled",
     "check_result",
@@ -69,6 +79,12 @@ DONE_OP = "bacc-done"
 
 _current = threading.local()  # the job token of the eval task this thread runs
 
+T = TypeVar("T")
+#: ``(shape, dtype.str)`` of a coded result (:func:`spec_of`)
+ResultSpec: TypeAlias = tuple[tuple[int, ...], str]
+#: A coded share or a decoded block: an array, or a NumPy scalar where the blocks are 0-d
+Share: TypeAlias = NDArray[Any] | np.generic
+
 
 class InconsistentResults(InvalidResult):
     """Results of a decode on the cluster whose shape or dtype differs from the others'.
@@ -77,12 +93,14 @@ class InconsistentResults(InvalidResult):
     ``(shape, dtype)``, so the job can write them off and decode again without them.
     """
 
-    def __init__(self, message: str, bad: list[int], specs: list[tuple[tuple[int, ...], str]]):
+    def __init__(self, message: str, bad: list[int], specs: list[ResultSpec]):
         super().__init__(message)
         self.bad = list(bad)
         self.specs = list(specs)
 
-    def __reduce__(self) -> Any:
+    def __reduce__(
+        self,
+    ) -> tuple[type[InconsistentResults], tuple[str, list[int], list[ResultSpec]]]:
         return (type(self), (str(self), self.bad, self.specs))
 
 
@@ -156,25 +174,25 @@ class BaccWorker(WorkerPlugin):
     name: str = PLUGIN_NAME
     state: WorkerState = field(default_factory=WorkerState, repr=False)
 
-    def setup(self, worker: Any) -> None:
+    def setup(self, worker: Worker) -> None:
         self.state = WorkerState()  # one per worker, even when the plugin object is shared
         worker.stream_handlers[DONE_OP] = self._done
 
-    def teardown(self, worker: Any) -> None:
+    def teardown(self, worker: Worker) -> None:
         worker.stream_handlers.pop(DONE_OP, None)
 
-    def _done(self, token: str = "", **_: Any) -> None:
+    def _done(self, token: str = "", **_: object) -> None:
         self.state.mark_done(token)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, str]:
         return {"name": self.name}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, str]) -> None:
         self.name = state["name"]
         self.state = WorkerState()
 
 
-def _worker(dask_worker: Any = None) -> Any:
+def _worker(dask_worker: Worker | None = None) -> Worker | None:
     if dask_worker is not None:
         return dask_worker
     from distributed import get_worker
@@ -185,7 +203,7 @@ def _worker(dask_worker: Any = None) -> Any:
         return None
 
 
-def state(dask_worker: Any = None) -> WorkerState:
+def state(dask_worker: Worker | None = None) -> WorkerState:
     """The :class:`WorkerState` of ``dask_worker`` (default: the worker running this task),
     or the process-wide one outside a worker or before the plugin is registered."""
     worker = _worker(dask_worker)
@@ -193,7 +211,7 @@ def state(dask_worker: Any = None) -> WorkerState:
     return plugin.state if isinstance(plugin, BaccWorker) else _process_state
 
 
-def mark_done(token: str, dask_worker: Any = None) -> list[int]:
+def mark_done(token: str, dask_worker: Worker | None = None) -> list[int]:
     """Mark job ``token`` done on this worker; return its evals still executing here."""
     st = state(dask_worker)
     st.mark_done(token)
@@ -223,13 +241,13 @@ def cancelled() -> bool:
     return token is not None and is_done(token)
 
 
-def stale_evals(min_age: float = 0.0, dask_worker: Any = None) -> int:
+def stale_evals(min_age: float = 0.0, dask_worker: Worker | None = None) -> int:
     """Eval tasks of finished jobs executing on this worker for ``min_age`` seconds or
     more: stragglers whose ``func`` has not returned yet (each holds a thread)."""
     return state(dask_worker).stale(min_age)
 
 
-def hold(value: Any) -> Any:
+def hold(value: T) -> T:
     """A task that holds ``value`` (in its spec, so it is recomputable)."""
     return value
 
@@ -263,7 +281,7 @@ class EvalCall:
     seq: int
     index: int
     start: float
-    worker: Any
+    worker: Worker | None
     wait: Callable[[float], bool]
 
 
@@ -286,7 +304,7 @@ class EvalHook(WorkerPlugin):
         raise NotImplementedError
 
 
-def eval_hooks(dask_worker: Any = None) -> list[EvalHook]:
+def eval_hooks(dask_worker: Worker | None = None) -> list[EvalHook]:
     """The :class:`EvalHook` plugins of ``dask_worker`` (default: the worker running this
     task), in registration order; none outside a worker."""
     worker = _worker(dask_worker)
@@ -296,7 +314,7 @@ def eval_hooks(dask_worker: Any = None) -> list[EvalHook]:
 
 
 # -- the arithmetic -------------------------------------------------------------------------
-def _float_dtype(arrays: Sequence[np.ndarray]) -> np.dtype:
+def _float_dtype(arrays: Sequence[NDArray[Any]]) -> np.dtype[np.floating[Any]]:
     dtype = np.result_type(*arrays)
     return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
@@ -314,7 +332,9 @@ TILE_BYTES = 128 << 20
 ROW_TILE = 1 << 14
 
 
-def matmul_tiled(weights: np.ndarray, arrays: Sequence[Any], tile: int | None = None) -> np.ndarray:
+def matmul_tiled(
+    weights: ArrayLike, arrays: Sequence[ArrayLike], tile: int | None = None
+) -> NDArray[np.floating[Any]]:
     """``weights @ stack(arrays)`` for equal-shape arrays, without stacking them.
 
     ``weights`` is (R, L) for L arrays; the result is (R, *shape). Column tiles of the
@@ -345,13 +365,19 @@ def matmul_tiled(weights: np.ndarray, arrays: Sequence[Any], tile: int | None = 
     return out.reshape((W.shape[0], *arrs[0].shape))
 
 
-def weighted_sum(weights: np.ndarray, arrays: Sequence[Any], tile: int | None = None) -> np.ndarray:
-    """``sum_l weights[l] * arrays[l]`` for equal-shape arrays (:func:`matmul_tiled`)."""
-    return matmul_tiled(np.asarray(weights)[None, :], arrays, tile)[0]
+def weighted_sum(
+    weights: ArrayLike, arrays: Sequence[ArrayLike], tile: int | None = None
+) -> NDArray[np.floating[Any]] | np.floating[Any]:
+    """``sum_l weights[l] * arrays[l]`` for equal-shape arrays (:func:`matmul_tiled`; a
+    NumPy scalar for 0-d arrays)."""
+    out: NDArray[np.floating[Any]] | np.floating[Any]
+    out = matmul_tiled(np.asarray(weights)[None, :], arrays, tile)[0]
+    return out
 
 
-def encode_task(weights: np.ndarray, *chunks: np.ndarray) -> np.ndarray:
+def encode_task(weights: FloatArray, *chunks: NDArray[Any]) -> Share:
     """One coded share: ``sum_j weights[j] * chunks[j]`` (only nonzero weights are passed)."""
+    share: Share
     if len(chunks) == 1 and weights[0] == 1.0:
         share = np.asarray(chunks[0])  # a copy of X_j: keep its dtype, no arithmetic
     else:
@@ -369,9 +395,9 @@ def eval_task(
     index: int,
     seq: int,
     func: Callable[..., Any],
-    share: np.ndarray,
-    call: tuple[tuple, dict],
-) -> np.ndarray | None:
+    share: Share,
+    call: tuple[tuple[Any, ...], dict[str, Any]],
+) -> NDArray[Any] | None:
     """Evaluate ``func(share, *args, **kwargs)`` for ``call = (args, kwargs)`` and check
     that the result can be decoded.
 
@@ -410,10 +436,10 @@ def encode_eval_task(
     index: int,
     seq: int,
     func: Callable[..., Any],
-    weights: np.ndarray,
-    chunks: list[np.ndarray],
-    call: tuple[tuple, dict],
-) -> np.ndarray | None:
+    weights: FloatArray,
+    chunks: list[NDArray[Any]],
+    call: tuple[tuple[Any, ...], dict[str, Any]],
+) -> NDArray[Any] | None:
     """Encode share ``index`` from the input chunks it mixes, then :func:`eval_task` on it
     (data on the cluster: one task per coded share, no separate encode task)."""
     if state().is_done(token):
@@ -421,7 +447,7 @@ def encode_eval_task(
     return eval_task(token, index, seq, func, encode_task(weights, *chunks), call)
 
 
-def check_result(out: Any) -> np.ndarray:
+def check_result(out: object) -> NDArray[Any]:
     """A result is decodable when it is a real numeric array with finite entries."""
     try:
         arr = np.asarray(out)
@@ -435,13 +461,13 @@ def check_result(out: Any) -> np.ndarray:
     return arr
 
 
-def spec_of(result: Any) -> tuple[tuple[int, ...], str]:
+def spec_of(result: ArrayLike) -> ResultSpec:
     """``(shape, dtype.str)`` of a result."""
     arr = np.asarray(result)
     return tuple(int(s) for s in arr.shape), arr.dtype.str
 
 
-def consistent(specs: Sequence[tuple[tuple[int, ...], str]]) -> tuple[Any, list[int]]:
+def consistent(specs: Sequence[ResultSpec]) -> tuple[ResultSpec, list[int]]:
     """The majority ``(shape, dtype)`` and the positions that differ from it."""
     from collections import Counter
 
@@ -450,8 +476,8 @@ def consistent(specs: Sequence[tuple[tuple[int, ...], str]]) -> tuple[Any, list[
 
 
 def sketch_task(
-    result: np.ndarray | None, size: int, seed: int, transform: Any = None
-) -> np.ndarray | None:
+    result: NDArray[Any] | None, size: int, seed: int, transform: Transform | None = None
+) -> FloatArray | None:
     """The sketch of one coded result the error estimate needs (``codes.estimate.sketch``:
     a count sketch, or a row sample for a job decoding in a transformed domain).
 
@@ -465,20 +491,30 @@ def sketch_task(
     return sketch(result, size, seed, transform)
 
 
+class DecodedInfo(TypedDict):
+    """The small summary of a cluster decode (:func:`decoded_info`): the results' common
+    shape and ``dtype.str``, their sketches (if asked for) and the check's residual."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    sketches: list[FloatArray] | None
+    residual: float | None
+
+
 @dataclass
 class Decoded:
     """What a decode on the cluster holds: the K decoded blocks and a small summary."""
 
-    blocks: np.ndarray
-    info: dict[str, Any]
+    blocks: NDArray[Any]
+    info: DecodedInfo
 
 
 def stack_decode_task(
-    D: np.ndarray,
+    D: FloatArray,
     sketch: tuple[int, int] | None,
-    transform: Any,
-    check: np.ndarray | None,
-    *results: np.ndarray,
+    transform: Transform | None,
+    check: FloatArray | None,
+    *results: NDArray[Any],
 ) -> Decoded:
     """All K decoded blocks from the used results: one tiled matrix product ``D @ results``
     (then ``transform.inverse`` when the job decodes in a transformed domain), and with a
@@ -514,21 +550,26 @@ def stack_decode_task(
         total = math.sqrt(sum(float(np.vdot(r, r).real) for r in map(np.asarray, results)))
         off = float(np.linalg.norm(matmul_tiled(check, results)))
         residual = off / total if total else 0.0
-    info = {"shape": expected[0], "dtype": expected[1], "sketches": sketches}
-    return Decoded(blocks, {**info, "residual": residual})
+    info: DecodedInfo = {
+        "shape": expected[0],
+        "dtype": expected[1],
+        "sketches": sketches,
+        "residual": residual,
+    }
+    return Decoded(blocks, info)
 
 
-def decoded_block(decoded: Decoded, j: int) -> np.ndarray:
+def decoded_block(decoded: Decoded, j: int) -> NDArray[Any]:
     """Output block ``j`` of a cluster decode (a copy, so it does not pin the others)."""
     return np.array(decoded.blocks[j])
 
 
-def decoded_info(decoded: Decoded) -> dict[str, Any]:
+def decoded_info(decoded: Decoded) -> DecodedInfo:
     """The small summary of a cluster decode the client gathers."""
     return decoded.info
 
 
-def decode_task(weights: np.ndarray, *results: np.ndarray) -> np.ndarray:
+def decode_task(weights: FloatArray, *results: NDArray[Any]) -> Share:
     """One decoded block: ``sum_l weights[l] * results[l]`` (only nonzero weights passed)."""
     if len(results) == 1 and weights[0] == 1.0:
         return np.asarray(results[0])  # exact copy (repetition, coincident points)
