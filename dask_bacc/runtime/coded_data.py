@@ -24,16 +24,17 @@ import copy
 import time
 import uuid
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from distributed import default_client
 
 from .. import config
 from ..codes import Code
-from ..codes.transform import Transform, get_transform
-from . import keys
+from ..codes.transform import Transform, TransformSpec, get_transform
+from ..collections import Blocks
+from . import _dist, keys
+from ._dist import default_client
 from .graph import TaskSpec, submit_graph
 from .job import CodedJob
 from .launch import SharedLaunch
@@ -41,6 +42,9 @@ from .placement import choose_workers
 from .submit import _adapt, _build_code, _check_common, _live_workers
 from .wait import WaitPolicy, resolve_wait
 from .worker import encode_task, hold
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
 
 __all__ = ["CodedData", "encode"]
 
@@ -61,17 +65,17 @@ class CodedData:
         The worker each share was placed on at encoding time.
     """
 
-    def __init__(self, client: Any, code: Code, blocks: Any, workers: list[str]):
+    def __init__(self, client: Client, code: Code, blocks: Blocks, workers: list[str]):
         self.client = client
         self.code = code
         self.blocks = blocks
         self.workers = list(workers)
         self.token = uuid.uuid4().hex
-        self.shares: list[Any] = []
-        self._chunks: list[Any] = []  # the input chunks' futures: the shares' lineage
+        self.shares: list[Future[Any]] = []
+        self._chunks: list[Future[Any]] = []  # the input chunks' futures: the shares' lineage
         self._released = False
         # worker -> (start, future) of earlier calls' stragglers still running there
-        self._held: dict[str, list[tuple[float, Any]]] = {}
+        self._held: dict[str, list[tuple[float, Future[Any]]]] = {}
         # the previous call, weakly: holding it would keep its output on the cluster
         self._last: weakref.ref[CodedJob] | None = None
 
@@ -108,7 +112,7 @@ class CodedData:
         timeout: float | None = None,
         combine: str = "auto",
         meta: Any = None,
-        transform: Any = None,
+        transform: TransformSpec = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``func`` on every coded share; decode and return the output.
@@ -129,9 +133,11 @@ class CodedData:
             **kwargs,
         )
         if self.client.asynchronous:
+            # an asynchronous client's submit gives an awaitable of the job
+            pending = cast("Awaitable[CodedJob]", job)
 
             async def run() -> Any:
-                return await (await job)._result_warn()
+                return await (await pending)._result_warn()
 
             return run()
         return job._result_sync(None, stacklevel=3)
@@ -144,10 +150,11 @@ class CodedData:
         timeout: float | None = None,
         combine: str = "auto",
         meta: Any = None,
-        transform: Any = None,
+        transform: TransformSpec = None,
         **kwargs: Any,
-    ) -> Any:
-        """Like :meth:`map`, but return the :class:`~dask_bacc.CodedJob` at once."""
+    ) -> CodedJob:
+        """Like :meth:`map`, but return the :class:`~dask_bacc.CodedJob` at once (with an
+        asynchronous client, an awaitable that gives one)."""
         if self._released:
             raise RuntimeError("this CodedData was released; encode the data again")
         _check_common(func, self.code, None, timeout, None)
@@ -165,7 +172,8 @@ class CodedData:
                 raise ValueError(f"meta applies to dataframes and xarray, not to {blocks.kind}")
             blocks = copy.copy(blocks)  # this call's output template only
             blocks.meta = meta
-        return self.client.sync(
+        return _dist.sync(
+            self.client,
             self._submit,
             func,
             args,
@@ -180,12 +188,12 @@ class CodedData:
     async def _submit(
         self,
         func: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         policy: WaitPolicy,
         timeout: float | None,
         combine: str,
-        blocks: Any,
+        blocks: Blocks,
         transform: Transform | None = None,
     ) -> CodedJob:
         last = self._last() if self._last is not None else None
@@ -218,7 +226,7 @@ class CodedData:
         client = self.client
         workers, _ = await _live_workers(client)
         live = {a for a, w in workers.items() if w.get("status", "running") == "running"}
-        holders = await client.scheduler.who_has(keys=[s.key for s in self.shares])
+        holders = await _dist.who_has(client, [s.key for s in self.shares])
         where = []
         for i, share in enumerate(self.shares):
             held = sorted(a for a in holders.get(share.key, ()) if a in live)
@@ -258,7 +266,7 @@ class CodedData:
         """Block until every share is computed (and raise if encoding failed)."""
         from distributed import wait
 
-        self.client.sync(wait, self.shares)
+        _dist.sync(self.client, wait, self.shares)
         for share in self.shares:
             if share.status == "error":
                 share.result()  # raises the encoding error
@@ -271,12 +279,12 @@ class CodedData:
         futures = self.shares + self._chunks
         self.shares, self._chunks = [], []
         for f in futures:
-            f.release()
+            _dist.release(f)
 
     def __enter__(self) -> CodedData:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def _repr_html_(self) -> str:
@@ -296,7 +304,7 @@ def encode(
     data: Any,
     code: str | Code | None = None,
     n_coded: int | None = None,
-    client: Any = None,
+    client: Client | None = None,
     *,
     n_blocks: int | None = None,
     blocks: int | None = None,
@@ -332,13 +340,22 @@ def encode(
         raise ValueError("code='speculative' has no coded shares to keep: pick a code")
     client = client if client is not None else default_client()
     labels = {"columns": columns, "dim": dim}
-    return client.sync(
-        _encode, client, data, code, n_coded, n_blocks, blocks, dict(code_options or {}), labels
+    return _dist.sync(
+        client,
+        _encode,
+        client,
+        data,
+        code,
+        n_coded,
+        n_blocks,
+        blocks,
+        dict(code_options or {}),
+        labels,
     )
 
 
 async def _encode(
-    client: Any,
+    client: Client,
     data: Any,
     code: str | Code,
     n_coded: int | None,

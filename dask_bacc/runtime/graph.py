@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dask._task_spec import Task
+    from dask.typing import Key
+    from distributed import Client, Future
 
 __all__ = ["TaskSpec", "submit_graph"]
 
@@ -24,9 +29,9 @@ class TaskSpec:
     also inside lists and tuples. ``workers``: where it may run (None: anywhere);
     ``loose``: elsewhere too when those workers are gone or busy."""
 
-    key: Any
+    key: Key
     func: Callable[..., Any]
-    args: tuple
+    args: tuple[Any, ...]
     workers: Sequence[str] | None = None
     loose: bool = False
     #: a future is returned for it (False: an intermediate the scheduler releases once
@@ -34,7 +39,7 @@ class TaskSpec:
     keep: bool = True
 
 
-def submit_graph(client: Any, tasks: Sequence[TaskSpec]) -> dict[Any, Any]:
+def submit_graph(client: Client, tasks: Sequence[TaskSpec]) -> dict[Key, Future[Any]]:
     """Submit ``tasks`` in one ``update-graph`` message; return ``{key: Future}`` for
     those with ``keep``.
 
@@ -44,11 +49,13 @@ def submit_graph(client: Any, tasks: Sequence[TaskSpec]) -> dict[Any, Any]:
     from dask._task_spec import Task, parse_input
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
+    from ._dist import get
+
     if not tasks:
         return {}
     # one layer per kind of restriction: annotations are per layer (a function of the key)
-    groups: dict[tuple[bool, bool], dict[Any, Any]] = {}
-    workers: dict[Any, list[str]] = {}
+    groups: dict[tuple[bool, bool], dict[Key, Task]] = {}
+    workers: dict[Key, list[str]] = {}
     for t in tasks:
         pinned = bool(t.workers)
         groups.setdefault((pinned, pinned and t.loose), {})[t.key] = Task(
@@ -66,5 +73,5 @@ def submit_graph(client: Any, tasks: Sequence[TaskSpec]) -> dict[Any, Any]:
         layers[name] = MaterializedLayer(dsk, annotations=annotations)
         deps[name] = set()
     keys = [t.key for t in tasks if t.keep]
-    futures = client.get(HighLevelGraph(layers, deps), keys, sync=False)
+    futures = get(client, HighLevelGraph(layers, deps), keys)
     return dict(zip(keys, futures, strict=True))

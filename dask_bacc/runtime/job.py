@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import enum
 import itertools
 import re
 import time
@@ -31,13 +32,13 @@ import uuid
 import warnings
 import weakref
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 from dask._task_spec import TaskRef
-from distributed import as_completed
 from distributed.client import FutureCancelledError
+from numpy.typing import NDArray
 
 from .. import config, diagnostics
 from ..codes import Code
@@ -45,9 +46,9 @@ from ..codes.base import decode_residual
 from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
-from ..diagnostics.monitor import prune_spans
+from ..diagnostics.monitor import JobMonitor, prune_spans
 from ..exceptions import InsufficientResults, InvalidInput
-from . import keys
+from . import _dist, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .launch import CodedLaunch, Launch
@@ -58,7 +59,10 @@ from .worker import (
     DONE_OP,
     PLUGIN_NAME,
     BaccWorker,
+    DecodedInfo,
     InconsistentResults,
+    ResultSpec,
+    Share,
     consistent,
     decoded_block,
     decoded_info,
@@ -68,38 +72,53 @@ from .worker import (
     stack_decode_task,
 )
 
+if TYPE_CHECKING:
+    from dask.typing import Key
+    from distributed import Client, Future
+    from distributed.scheduler import Scheduler
+
 __all__ = ["CodedJob", "ensure_worker_plugin"]
 
+#: what an eval task gets as ``call``: ``(args, kwargs)`` for ``func``, inline, or a
+#: reference to the task holding them (large ones)
+CallArg: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]] | TaskRef
+
 _job_seq = itertools.count()
-_running: set[asyncio.Task] = set()  # strong references to the job loops and clean-ups
+_running: set[asyncio.Task[None]] = set()  # strong references to the job loops and clean-ups
 # client -> scheduler address the worker plugin is known to be on
-_worker_plugin: weakref.WeakKeyDictionary[Any, tuple[str, Any]] = weakref.WeakKeyDictionary()
+_worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _has_worker_plugin(dask_scheduler: Any = None) -> bool:
+def _has_worker_plugin(dask_scheduler: Scheduler | None = None) -> bool:
+    assert dask_scheduler is not None  # run_on_scheduler passes it
     return PLUGIN_NAME in dask_scheduler.worker_plugins
 
 
-async def ensure_worker_plugin(client: Any) -> None:
+async def ensure_worker_plugin(client: Client) -> None:
     """Register dask-bacc's worker plugin once per cluster (checked once per client and
     scheduler: a scheduler restarted on the same address has no plugins)."""
     identity = getattr(client, "_scheduler_identity", None) or {}
-    address = (client.scheduler.address, identity.get("id"))
+    address = (_dist.scheduler(client).address, identity.get("id"))
     if _worker_plugin.get(client) == address:
         return
-    if not await client.run_on_scheduler(_has_worker_plugin):
+    if not await _dist.run_on_scheduler(client, _has_worker_plugin):
         await client.register_plugin(BaccWorker(), name=PLUGIN_NAME)
     _worker_plugin[client] = address
 
 
-def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: Any = None) -> list:
+def _job_done(
+    token: str, workers: list[str], keys: list[Key], dask_scheduler: Scheduler | None = None
+) -> list[Key]:
     """On the scheduler: tell ``workers`` that job ``token`` is over (their evals not yet
     started skip ``func``, injected delays end) and return which of ``keys`` are being
     processed by a worker (stragglers still running)."""
+    assert dask_scheduler is not None  # run_on_scheduler passes it
     if PLUGIN_NAME in dask_scheduler.worker_plugins:
         for addr in workers:
             stream = dask_scheduler.stream_comms.get(addr)
@@ -122,7 +141,7 @@ def _job_done(token: str, workers: list[str], keys: list[Any], dask_scheduler: A
     return running
 
 
-def _dashboard_link(client: Any, token: str) -> str | None:
+def _dashboard_link(client: Client, token: str) -> str | None:
     """The job's row on the ``/bacc`` page, if the scheduler serves a dashboard."""
     from ..diagnostics.html import dashboard_job_link
 
@@ -144,18 +163,18 @@ class CodedJob:
 
     #: show a progress bar (None: ``bacc.progress``); ``submit_coded(progress=)`` sets it
     progress: bool | None = None
-    _monitor: Any = None  # diagnostics.JobMonitor, from _submit on
+    _monitor: JobMonitor | None = None  # from _submit on
     #: corrupted results to locate and exclude before decoding; ``submit_coded`` sets it
     adversaries: int = 0
 
     def __init__(
         self,
-        client: Any,
+        client: Client,
         code: Code,
         blocks: Blocks,
         func: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         policy: WaitPolicy,
         timeout: float | None,
         combine: str,
@@ -169,7 +188,7 @@ class CodedJob:
         self.workers: dict[int, str] = dict(enumerate(workers))
         self.code = code
         self.blocks = blocks
-        self.func = blocks.wrap(func, args, kwargs)  # what runs on a coded share
+        self.func: Callable[..., Any] = blocks.wrap(func, args, kwargs)  # runs on a share
         #: decode ``transform.forward`` of the results (computed in the eval tasks), then
         #: map the decoded blocks back with ``transform.inverse``
         self.transform = transform
@@ -196,11 +215,11 @@ class CodedJob:
         )
         self.decider = Decider(code, policy, timeout)
         self._start = time.perf_counter()
-        self._evals: dict[int, Any] = {}
-        self._index_of: dict[Any, int] = {}
-        self._chunks: list[Any] = []
-        self._values: dict[int, np.ndarray] = {}  # results gathered to the client
-        self._stage: list[Any] = []  # futures of a decode on the cluster in flight
+        self._evals: dict[int, Future[Any]] = {}
+        self._index_of: dict[Key, int] = {}
+        self._chunks: list[Future[Any]] = []
+        self._values: dict[int, NDArray[Any]] = {}  # results gathered to the client
+        self._stage: list[Future[Any]] = []  # futures of a decode on the cluster in flight
         self._round = 0
         self._cause: BaseException | None = None  # the first exception a task raised
         self._output: Any = None
@@ -208,8 +227,8 @@ class CodedJob:
         self._finished = False
         self._cancel_requested = False
         self._done_event = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._ac: as_completed | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ac: _dist.FutureQueue | None = None
         self._warnings: list[Warning] = []  # emitted where the result is taken
         self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
 
@@ -232,7 +251,7 @@ class CodedJob:
 
     def _result_sync(self, timeout: float | None, stacklevel: int) -> Any:
         try:
-            out = self.client.sync(self._result, callback_timeout=timeout)
+            out = _dist.sync(self.client, self._result, callback_timeout=timeout)
         except KeyboardInterrupt:
             with contextlib.suppress(Exception):
                 self.cancel()
@@ -265,9 +284,9 @@ class CodedJob:
 
     def cancel(self) -> None:
         """Stop the job: cancel its tasks; :meth:`result` then raises ``CancelledError``."""
-        return self.client.sync(self._cancel)
+        return _dist.sync(self.client, self._cancel)
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, Any]:
         return self._result_warn().__await__()
 
     def _repr_html_(self) -> str:
@@ -315,7 +334,7 @@ class CodedJob:
         share = int(np.prod(self.blocks.block_shape)) * max(self.blocks.dtype.itemsize, 8)
         return share * self.policy.target(self.code) <= limit
 
-    def _call_arg(self, tasks: list[TaskSpec]) -> Any:
+    def _call_arg(self, tasks: list[TaskSpec]) -> CallArg:
         """``(args, kwargs)`` for the eval specs: inline, or (large ones, e.g. model
         weights) one task in the same graph that every eval depends on."""
         from dask.sizeof import sizeof
@@ -329,7 +348,9 @@ class CodedJob:
             return TaskRef(key)
         return call
 
-    def eval_spec(self, i: int, share: Any, call: Any, backup: bool = False) -> TaskSpec:
+    def eval_spec(
+        self, i: int, share: Share | Future[Any], call: CallArg, backup: bool = False
+    ) -> TaskSpec:
         """Coded task ``i``: ``func`` on ``share``, strictly pinned to its worker."""
         return TaskSpec(
             keys.eval_key(self.token, i, backup),
@@ -361,7 +382,7 @@ class CodedJob:
         _running.add(self._task)
         self._task.add_done_callback(_running.discard)
 
-    def _track(self, i: int, fut: Any) -> None:
+    def _track(self, i: int, fut: Future[Any]) -> None:
         """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
         self._evals[i] = fut
         self._index_of[fut.key] = i
@@ -433,7 +454,8 @@ class CodedJob:
     async def _loop(self) -> Any:
         poll = config.seconds("poll-interval")
         tick = self._tick_interval(poll)
-        self._ac = ac = as_completed(loop=self.client.loop, raise_errors=False)
+        self._ac = ac = _dist.as_completed(self.client)
+        fut: Future[Any] | None
         for fut in self._evals.values():
             ac.add(fut)
         d = self.decider
@@ -470,7 +492,7 @@ class CodedJob:
                 idle_since = time.perf_counter()
                 await self._check_workers()
 
-    async def _arrived(self, fut: Any) -> None:
+    async def _arrived(self, fut: Future[Any]) -> None:
         i = self._index_of.get(fut.key)
         if i is None:
             return
@@ -479,7 +501,7 @@ class CodedJob:
             if not d.landed(i, now):
                 return
         elif fut.status == "error":
-            exc = await fut.exception(asynchronous=True)
+            exc = await _dist.exception(fut)
             if isinstance(exc, InvalidInput):
                 raise ValueError(str(exc)) from exc
             if self._cause is None:
@@ -490,11 +512,12 @@ class CodedJob:
             i, now, f"task {fut.status} (by another client, or its input data was lost)"
         ):
             return
+        assert self._monitor is not None  # set in _submit, before any task was launched
         self._monitor.arrived(len(d.usable))
 
     async def _check_workers(self) -> None:
         """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
-        live = set(await self.client.scheduler.ncores_running())
+        live = set(await _dist.running_workers(self.client))
         d, workers = self.decider, self.workers
         for i in [i for i in d.pending if workers[i] not in live]:
             d.lost(i, f"worker {workers[i]} left before returning")
@@ -525,7 +548,7 @@ class CodedJob:
         rep.time_to_decode = self._elapsed()
         return output
 
-    def _out_dtype(self, dtype: str) -> np.dtype:
+    def _out_dtype(self, dtype: str) -> np.dtype[Any]:
         out = np.dtype(dtype)
         if self.transform is not None:  # what the inverse map gives, in float
             return out if out.kind == "f" else np.dtype(np.float64)
@@ -547,7 +570,7 @@ class CodedJob:
                 self.decider.lost(i, f"result lost with worker {self.workers[i]}")
 
     async def watched_gather(
-        self, want: dict[int, Any], timeout: float | None = None
+        self, want: dict[int, Future[Any]], timeout: float | None = None
     ) -> dict[int, Any]:
         """Gather ``want`` (coded index -> a future on that result's worker: the result or
         its sketch), skipping errors; returns what arrived.
@@ -560,7 +583,7 @@ class CodedJob:
         poll = min(config.seconds("poll-interval"), 0.25)
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
-        gather = asyncio.ensure_future(self.client.gather(want, errors="skip", asynchronous=True))
+        gather = asyncio.ensure_future(_dist.gather(self.client, want, errors="skip"))
         while True:
             wait = poll if end is None else max(min(poll, end - loop.time()), 0)
             done, _ = await asyncio.wait({gather}, timeout=wait)
@@ -569,7 +592,7 @@ class CodedJob:
                 with contextlib.suppress(Exception, FutureCancelledError):
                     return dict(gather.result())
                 return {}
-            live = set(await self.client.scheduler.ncores_running())
+            live = set(await _dist.running_workers(self.client))
             lost = any(
                 self.workers[i] not in live
                 or "lost" in (f.status, getattr(self._evals.get(i), "status", None))
@@ -585,10 +608,10 @@ class CodedJob:
                     if f.status == "finished" and self.workers[i] in live
                 }
                 with contextlib.suppress(Exception, FutureCancelledError):
-                    return dict(await self.client.gather(here, errors="skip", asynchronous=True))
+                    return dict(await _dist.gather(self.client, here, errors="skip"))
                 return {}
 
-    def _reject(self, used: list[int], specs: list[tuple[tuple[int, ...], str]]) -> bool:
+    def _reject(self, used: list[int], specs: list[ResultSpec]) -> bool:
         """Write off the results whose shape/dtype differs from the majority; True if any.
 
         One odd result is an erasure (a faulty worker). Two or more results whose shapes
@@ -669,7 +692,9 @@ class CodedJob:
         info_fut = futures.pop(keys.info_key(tok, r))
         blocks = list(futures.values())
         self._stage = [info_fut, *blocks]
-        self._ac.add(info_fut)  # type: ignore[union-attr]
+        ac = self._ac
+        assert ac is not None  # the loop that runs this decode made it
+        ac.add(info_fut)
         info = await self._await_stage(info_fut, used)
         if info is _NOTHING:
             await self._drop_stage()
@@ -680,7 +705,7 @@ class CodedJob:
         shape, dtype = tuple(info["shape"]), info["dtype"]
         out_dtype = self._out_dtype(dtype)
         if self.blocks.gather_output:
-            values = await self.client.gather(blocks, asynchronous=True)
+            values = await _dist.gather(self.client, blocks)
             return self.blocks.assemble(
                 [np.asarray(v).astype(out_dtype, copy=False) for v in values],
                 shape,
@@ -689,7 +714,9 @@ class CodedJob:
             )
         return self.blocks.assemble(blocks, shape, out_dtype, self.combine)
 
-    async def _await_stage(self, info_fut: Any, used: list[int]) -> Any:
+    async def _await_stage(
+        self, info_fut: Future[Any], used: list[int]
+    ) -> DecodedInfo | Literal[_Nothing.NOTHING]:
         """Wait for the decode's summary while following the coded tasks (late results
         land, workers leave); ``_NOTHING`` when the decode must be redone."""
         poll = config.seconds("poll-interval")
@@ -698,6 +725,7 @@ class CodedJob:
         while True:
             if self._cancel_requested:
                 raise asyncio.CancelledError
+            fut: Future[Any] | None
             try:
                 fut = await asyncio.wait_for(ac.__anext__(), timeout=poll)
             except (asyncio.TimeoutError, StopAsyncIteration):
@@ -711,8 +739,9 @@ class CodedJob:
                 await self._arrived(fut)
                 continue
             if fut.status == "finished":
-                return await self.client.gather(fut, asynchronous=True)
-            exc = await fut.exception(asynchronous=True) if fut.status == "error" else None
+                info: DecodedInfo = await _dist.gather(self.client, fut)
+                return info
+            exc = await _dist.exception(fut) if fut.status == "error" else None
             if isinstance(exc, InconsistentResults):
                 self._reject(used, exc.specs)
                 return _NOTHING
@@ -729,7 +758,7 @@ class CodedJob:
         stage, self._stage = self._stage, []
         if stage:
             with contextlib.suppress(Exception):
-                await self.client.cancel(stage, asynchronous=True)
+                await _dist.cancel(self.client, stage)
 
     def _insufficient(self, action: GiveUp) -> Exception:
         rep, need = self.report, self.policy.target(self.code)
@@ -750,12 +779,13 @@ class CodedJob:
             + ("; ".join(why) or "none")
             + f" [{action.trigger}]"
         )
+        # InsufficientResults declares no attributes (dask_bacc.exceptions): set here
         exc.report = rep  # type: ignore[attr-defined]
         exc.__cause__ = self._cause
         return exc
 
     # -- the end ---------------------------------------------------------------------------
-    def _release(self) -> tuple[dict[int, Any], list[Any]]:
+    def _release(self) -> tuple[dict[int, Future[Any]], list[Future[Any]]]:
         """Count the stragglers, drop every reference; return the futures left to stop:
         the straggling evals by index, and the job's other unfinished tasks."""
         self._sync_report()
@@ -775,7 +805,9 @@ class CodedJob:
             self.blocks.forget()
         return stragglers, cancel
 
-    async def _stop_work(self, stragglers: dict[int, Any], cancel: list[Any]) -> None:
+    async def _stop_work(
+        self, stragglers: dict[int, Future[Any]], cancel: list[Future[Any]]
+    ) -> None:
         """Tell the job's workers it is over and stop the straggling tasks, in one
         scheduler round trip. Best effort: errors are ignored.
 
@@ -785,13 +817,14 @@ class CodedJob:
         only thread is still busy (where it would queue behind the straggler).
         """
         client = self.client
-        running: set[Any] = set()
+        running: set[Key] = set()
         try:
             workers = sorted(set(self.workers.values()))
             keys_ = [f.key for f in stragglers.values()]
             running = set(
                 await asyncio.wait_for(
-                    client.run_on_scheduler(_job_done, self.token, workers, keys_), timeout=5
+                    _dist.run_on_scheduler(client, _job_done, self.token, workers, keys_),
+                    timeout=5,
                 )
             )
         except Exception:  # best effort: without the answer every straggler is cancelled
@@ -799,7 +832,7 @@ class CodedJob:
         cancel = cancel + [f for f in stragglers.values() if f.key not in running]
         if cancel:
             with contextlib.suppress(Exception):
-                await client.cancel(cancel, asynchronous=True, reason="bacc: not needed")
+                await _dist.cancel(client, cancel, reason="bacc: not needed")
         held = [(f, self.workers[i]) for i, f in stragglers.items() if f.key in running]
         self.launch.holding(self, {i: f for i, f in stragglers.items() if f.key in running})
         if held:
@@ -808,7 +841,7 @@ class CodedJob:
             task.add_done_callback(_running.discard)
 
 
-async def _drop_when_done(held: list[tuple[Any, str]], client: Any) -> None:
+async def _drop_when_done(held: list[tuple[Future[Any], str]], client: Client) -> None:
     """Hold running stragglers until they finish (so the scheduler still sees their worker
     busy), then drop their results. One whose worker left is cancelled at once: strictly
     pinned, it would wait in ``no-worker`` forever, and so would this hold."""
@@ -819,16 +852,18 @@ async def _drop_when_done(held: list[tuple[Any, str]], client: Any) -> None:
             held[:] = [(f, w) for f, w in held if f.status == "pending"]
             if not held:
                 break
-            live = set(await client.scheduler.ncores_running())
+            live = set(await _dist.running_workers(client))
             gone = [f for f, w in held if w not in live]
             if gone:
                 held[:] = [(f, w) for f, w in held if w in live]
-                await client.cancel(gone, asynchronous=True, reason="bacc: worker left")
+                await _dist.cancel(client, gone, reason="bacc: worker left")
     held.clear()
 
 
-class _Nothing:
-    pass
+class _Nothing(enum.Enum):
+    """No output this time: a decode's inputs were rejected or lost (decide again)."""
+
+    NOTHING = enum.auto()
 
 
-_NOTHING: Any = _Nothing()
+_NOTHING: Literal[_Nothing.NOTHING] = _Nothing.NOTHING

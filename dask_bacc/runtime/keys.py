@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "KINDS",
@@ -95,8 +94,8 @@ def driver_key(token: str) -> str:
     return _name("driver", token)
 
 
-def parse(key: Any) -> ParsedKey | None:
-    """The parts of a ``bacc-*`` key, or None for any other key."""
+def parse(key: object) -> ParsedKey | None:
+    """The parts of a ``bacc-*`` key, or None for any other key (or any other value)."""
     name, index = (key[0], key[1]) if isinstance(key, tuple) and len(key) == 2 else (key, None)
     if not isinstance(name, str) or not name.startswith("bacc-"):
         return None

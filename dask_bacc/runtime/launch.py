@@ -13,18 +13,21 @@ A policy builds :class:`~.graph.TaskSpec` objects through the job
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import keys
+from . import _dist, keys
 from .graph import TaskSpec
 from .placement import choose_workers
-from .worker import encode_eval_task
+from .worker import Share, encode_eval_task
 
 if TYPE_CHECKING:
+    from distributed import Future
+
     from .coded_data import CodedData
-    from .job import CodedJob
+    from .job import CallArg, CodedJob
     from .speculative import Speculation
 
 __all__ = ["CodedLaunch", "Launch", "SharedLaunch", "SpeculativeLaunch", "plan_backups"]
@@ -36,20 +39,20 @@ class Launch:
     #: seconds between the loop's calls of :meth:`tick` (None: the poll interval)
     interval: float | None = None
 
-    async def initial(self, job: CodedJob, call: Any) -> list[TaskSpec]:
+    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         raise NotImplementedError
 
     async def tick(self, job: CodedJob) -> None:
         """Called on every turn of the job's loop (launch more, stop losers)."""
 
-    def holding(self, job: CodedJob, running: dict[int, Any]) -> None:
+    def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
         """The job ended with these stragglers still running ``func`` (held till they end)."""
 
 
 class CodedLaunch(Launch):
     """The N coded tasks of the job's code, at once."""
 
-    async def initial(self, job: CodedJob, call: Any) -> list[TaskSpec]:
+    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         code, blocks = job.code, job.blocks
         if blocks.local:
             shares = code.encode(blocks.stacked())
@@ -74,10 +77,10 @@ class SharedLaunch(Launch):
     def __init__(self, data: CodedData):
         self.data = data
 
-    async def initial(self, job: CodedJob, call: Any) -> list[TaskSpec]:
+    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         return [job.eval_spec(i, self.data.shares[i], call) for i in range(job.code.N)]
 
-    def holding(self, job: CodedJob, running: dict[int, Any]) -> None:
+    def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
         # the next call reroutes around them (CodedData._placement), with no message
         for i, fut in running.items():
             self.data._held.setdefault(job.workers[i], []).append((job._start, fut))
@@ -120,10 +123,10 @@ class SpeculativeLaunch(Launch):
         self.rule = rule
         self.interval = rule.interval
         self.launched_at: dict[int, float] = {}
-        self._blocks: list[Any] = []  # arrays held here, or futures of chunks
-        self._call: Any = None
+        self._blocks: Sequence[Share | Future[Any]] = []  # arrays held here, or chunks
+        self._call: CallArg | None = None
 
-    async def initial(self, job: CodedJob, call: Any) -> list[TaskSpec]:
+    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         self._call = call
         if job.blocks.local:
             self._blocks = list(job.blocks.stacked())
@@ -142,13 +145,14 @@ class SpeculativeLaunch(Launch):
                 d.withdraw(i)
             job.report.cancelled += len(losers)
             futures = [job._evals[i] for i in losers]
-            await job.client.cancel(futures, asynchronous=True, reason="bacc: other copy won")
+            await _dist.cancel(job.client, futures, reason="bacc: other copy won")
         if blocks:
             await self._back_up(job, blocks)
 
     async def _back_up(self, job: CodedJob, blocks: list[int]) -> None:
-        K, rep = job.code.K, job.report
-        info = await job.client.scheduler.identity(n_workers=-1)
+        K, rep, call = job.code.K, job.report, self._call
+        assert call is not None  # initial() ran first
+        info = await _dist.identity(job.client)
         busy = {job.workers[i] for i in job.decider.pending}
         free = {
             a: w
@@ -170,5 +174,5 @@ class SpeculativeLaunch(Launch):
             rep.backups.append(i)
             rep.N += 1
             self.launched_at[i] = job._elapsed()
-            specs.append(job.eval_spec(i, self._blocks[j], self._call, backup=True))
+            specs.append(job.eval_spec(i, self._blocks[j], call, backup=True))
         job._launch_graph(specs)

@@ -20,18 +20,26 @@ import dataclasses
 import math
 import numbers
 import weakref
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .. import config
 from ..codes import Code, InterpolatingCode
+from ..codes._types import FloatArray
 from ..codes.estimate import MIN_RESULTS, ErrorEstimate, InverseRows, estimate_error, sketch
 from ..codes.robust import DEFAULT_TAU, detect_inconsistent, locate_corrupted, required_results
 from ..exceptions import ApproximationWarning, InexactDecode, SuspectResultsWarning
-from . import keys
+from . import _dist, keys
 from .wait import ErrorTarget, FirstK, WaitPolicy
 from .worker import sketch_task
+
+if TYPE_CHECKING:
+    from distributed import Future
+
+    from .job import CodedJob
 
 __all__ = [
     "JobQuality",
@@ -54,7 +62,7 @@ def _num(x: float) -> float | None:
 class JobQuality:
     """Sketches, error estimates and consistency screening for one coded job."""
 
-    def __init__(self, job: Any):
+    def __init__(self, job: CodedJob):
         # weak: a job <-> quality cycle would keep the job's output (and the futures
         # behind it) alive until the cyclic garbage collector runs
         self._job = weakref.ref(job)
@@ -65,8 +73,8 @@ class JobQuality:
         tau = config.get("accuracy.tau")
         self.tau = DEFAULT_TAU if tau is None else float(tau)
         self.seed = int(job.token[:8], 16)
-        self._futures: dict[int, Any] = {}
-        self._sketches: dict[int, np.ndarray | None] = {}
+        self._futures: dict[int, Future[Any]] = {}
+        self._sketches: dict[int, FloatArray | None] = {}
         self._estimated: tuple[int, ...] = ()
         self.last: ErrorEstimate | None = None
         #: the decode's relative residual against the code's check matrix (exact codes
@@ -74,8 +82,10 @@ class JobQuality:
         self.residual: float | None = None
 
     @property
-    def job(self) -> Any:
-        return self._job()
+    def job(self) -> CodedJob:
+        job = self._job()
+        assert job is not None  # the job holds this object: alive while it is used
+        return job
 
     # -- what is needed ------------------------------------------------------------------
     @property
@@ -99,7 +109,7 @@ class JobQuality:
         job = self.job
         return self.enabled and (self.adaptive or bool(self.adversaries)) and not job.decode_here
 
-    def track(self, i: int, fut: Any) -> None:
+    def track(self, i: int, fut: Future[Any]) -> None:
         """Submit the sketch of coded result ``i`` next to it (only when :attr:`remote`)."""
         if not self.remote or i in self._futures or i >= self.code.N:
             return
@@ -122,7 +132,7 @@ class JobQuality:
         """``(size, seed)`` for a decode task on the cluster to sketch its inputs with."""
         return (self.size, self.seed) if self.enabled else None
 
-    def add_sketches(self, indices: list[int], sketches: Any) -> None:
+    def add_sketches(self, indices: list[int], sketches: Sequence[ArrayLike | None] | None) -> None:
         """Sketches made elsewhere (by a decode task on the cluster)."""
         if sketches is None:
             return
@@ -151,11 +161,11 @@ class JobQuality:
             timeout = config.seconds("accuracy.sketch-timeout")
             got = await job.watched_gather(want, timeout)
         else:
-            got = await job.client.gather(want, errors="skip", asynchronous=True)
+            got = await _dist.gather(job.client, want, errors="skip")
         for i, value in got.items():
             self._sketches[i] = None if value is None else np.asarray(value)
 
-    def _stack(self, indices: list[int]) -> tuple[list[int], np.ndarray | None]:
+    def _stack(self, indices: list[int]) -> tuple[list[int], FloatArray | None]:
         """The indices with a usable sketch and their sketches (equal lengths only)."""
         pairs = [(i, s) for i in indices if (s := self._sketches.get(i)) is not None]
         if not pairs:
@@ -170,7 +180,9 @@ class JobQuality:
         """Adaptive jobs: re-estimate from the sketches of the results that landed so far."""
         if not self.adaptive:
             return
-        floor = self.job.policy.floor(self.code)
+        policy = self.job.policy
+        assert isinstance(policy, ErrorTarget)  # what makes a job adaptive
+        floor = policy.floor(self.code)
         if len(usable) < floor:
             return
         await self._fetch(list(usable), wait=False)
@@ -188,7 +200,9 @@ class JobQuality:
             return False
         if not set(self._estimated) <= set(usable):
             return False  # a result it used was written off since
-        return bool(self.last.overall <= self.job.policy.error)
+        policy = self.job.policy
+        assert isinstance(policy, ErrorTarget)  # what makes a job adaptive
+        return bool(self.last.overall <= policy.error)
 
     # -- robust decoding -----------------------------------------------------------------
     async def screen(self, usable: list[int]) -> list[int]:
@@ -245,7 +259,7 @@ class JobQuality:
         self._warn(estimate, used)
 
     def _add_suspects(
-        self, estimate: ErrorEstimate, Y: np.ndarray, have: list[int], suspects: list[int]
+        self, estimate: ErrorEstimate, Y: FloatArray, have: list[int], suspects: list[int]
     ) -> None:
         """Results flagged as inconsistent were decoded in: add how far they moved the
         decode (with against without them, on the sketches) to the error estimate, so an
@@ -310,6 +324,7 @@ class JobQuality:
                 "Its decode would be wrong; use an approximate code (code='systematic-spline')"
                 " or the degree of f (code_options={'degree': d})."
             )
+            # InexactDecode declares no attributes (dask_bacc.exceptions): set here
             exc.residual = residual  # type: ignore[attr-defined]
             exc.report = rep  # type: ignore[attr-defined]
             raise exc
@@ -375,7 +390,7 @@ class JobQuality:
             )
         )
 
-    def release(self) -> list[Any]:
+    def release(self) -> list[Future[Any]]:
         """Drop every sketch future; return those still pending (to cancel)."""
         pending = [f for f in self._futures.values() if f.status == "pending"]
         self._futures.clear()
@@ -387,7 +402,7 @@ def _fmt(x: float) -> str:
 
 
 # -- adversaries=: validation and defaults (called by submit_coded before submitting) ----
-def check_adversaries(adversaries: Any) -> int:
+def check_adversaries(adversaries: object) -> int:
     """``adversaries`` as an int >= 0 (``None`` is 0); ``TypeError``/``ValueError`` otherwise."""
     if adversaries is None:
         return 0

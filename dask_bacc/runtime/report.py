@@ -70,9 +70,9 @@ class JobReport:
     estimate_method : str or None
         ``"exact"``, ``"embedded-fh1"`` (Berrut codes), ``"embedded-fh3"`` (spline
         codes), ``"ill-conditioned"`` or ``"unknown"``.
-    estimates : list of [int, float]
+    estimates : list of [int, float or None]
         Adaptive waiting (``dask_bacc.until``): each estimate computed while waiting, as
-        ``[number of results, estimated error]``.
+        ``[number of results, estimated error]`` (None: it could not be estimated).
     adversaries : int
         Corrupted results the job was asked to locate and exclude (``adversaries=``).
     excluded : list of int
@@ -121,7 +121,7 @@ class JobReport:
     error_estimate: float | None = None
     block_errors: list[float | None] | None = None
     estimate_method: str | None = None
-    estimates: list[list[float]] = field(default_factory=list)
+    estimates: list[list[float | None]] = field(default_factory=list)
     adversaries: int = 0
     excluded: list[int] = field(default_factory=list)
     suspects: list[int] = field(default_factory=list)

@@ -11,20 +11,26 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..codes import RepetitionCode
+from ..codes.transform import Transform
+from ..collections import Blocks
 from .job import CodedJob
 from .launch import SpeculativeLaunch
 from .placement import choose_workers
 from .wait import FirstK
 
+if TYPE_CHECKING:
+    from distributed import Client
+
 __all__ = ["Speculation", "speculative_job"]
 
 
-_PRESETS: dict[str, dict[str, Any]] = {
+_PRESETS: dict[str, dict[str, float]] = {
     "spark": {"multiplier": 3.0, "quantile": 0.9, "min_runtime": 0.1, "min_tasks": 1},
     "cubed": {"multiplier": 3.0, "quantile": 0.5, "min_runtime": 0.0, "min_tasks": 10},
 }
@@ -55,7 +61,7 @@ class Speculation:
     interval: float = 0.1
     rule: str = "spark"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.multiplier >= 1:
             raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
         if not 0 < self.quantile <= 1:
@@ -120,16 +126,16 @@ class Speculation:
 
 
 def speculative_job(
-    client: Any,
-    blocks: Any,
-    func: Any,
-    args: tuple,
-    kwargs: dict,
+    client: Client,
+    blocks: Blocks,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     speculation: Speculation,
     timeout: float | None,
     combine: str,
     workers: list[str],
-    transform: Any = None,
+    transform: Transform | None = None,
 ) -> CodedJob:
     """A job of K uncoded tasks with speculative backup copies (``code="speculative"``).
 
@@ -157,7 +163,7 @@ def speculative_job(
     return job
 
 
-def speculative_placement(workers: dict[str, Any], K: int) -> list[str]:
+def speculative_placement(workers: Mapping[str, Mapping[str, Any]], K: int) -> list[str]:
     """One worker per primary task (they must be distinct, as for coded tasks)."""
     return choose_workers(
         workers,

@@ -6,22 +6,25 @@ import asyncio
 import contextvars
 import math
 import numbers
-from collections.abc import Callable, Hashable
-from typing import Any
-
-from distributed import default_client
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import config
 from ..codes import Code, get_code
 from ..codes.registry import ALIASES, registered_codes, unknown_code
-from ..codes.transform import Transform, get_transform
-from ..collections import adapt, is_numpy
+from ..codes.transform import Transform, TransformSpec, get_transform
+from ..collections import Blocks, adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
+from . import _dist
+from ._dist import default_client
 from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
 from .speculative import Speculation, speculative_job, speculative_placement
 from .wait import WaitPolicy, resolve_wait
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["map_coded", "submit_coded"]
 
@@ -51,7 +54,9 @@ def default_n_coded(code_name: str, K: int, n_workers: int, options: dict[str, A
     return max(K + 1, min(K + spare, n_workers))
 
 
-def _check_common(func: Any, code: Any, n_coded: Any, timeout: Any, code_options: Any) -> None:
+def _check_common(
+    func: object, code: object, n_coded: object, timeout: object, code_options: object
+) -> None:
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}")
     if not isinstance(code, (str, Code)):
@@ -102,14 +107,14 @@ def _build_code(
     return get_code(name, K, n_coded, **options)
 
 
-async def _live_workers(client: Any) -> tuple[dict[str, Any], int]:
-    """The scheduler's workers, and how many of them are running."""
-    info = await client.scheduler.identity(n_workers=-1)
-    workers = info.get("workers", {})
+async def _live_workers(client: Client) -> tuple[dict[str, dict[str, Any]], int]:
+    """The scheduler's workers (address -> info), and how many of them are running."""
+    info = await _dist.identity(client)
+    workers: dict[str, dict[str, Any]] = info.get("workers", {})
     return workers, sum(1 for w in workers.values() if w.get("status", "running") == "running")
 
 
-async def _running_workers(client: Any) -> tuple[dict[str, Any], int]:
+async def _running_workers(client: Client) -> tuple[dict[str, dict[str, Any]], int]:
     """:func:`_live_workers`, waiting while there are workers but every one is paused
     (memory pressure): plain Dask waits for them too (the caller bounds it by timeout)."""
     poll = config.seconds("poll-interval")
@@ -127,7 +132,7 @@ def _adapt(
     n_blocks: int | None,
     blocks: int | None,
     labels: dict[str, Any],
-) -> Any:
+) -> Blocks:
     """``adapt`` with the defaults of a coded job: K up to ``workers / redundancy``."""
     redundancy = float(config.get("redundancy"))
     if isinstance(code, Code) and n_blocks is None and blocks is None and is_numpy(data):
@@ -142,14 +147,14 @@ def _adapt(
 
 
 async def _submit(
-    client: Any,
+    client: Client,
     func: Callable[..., Any],
     data: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     code: str | Code,
     n_coded: int | None,
-    wait: Any,
+    wait: int | float | WaitPolicy | None,
     timeout: float | None,
     n_blocks: int | None,
     blocks: int | None,
@@ -169,7 +174,7 @@ async def _submit(
     except asyncio.TimeoutError:
         raise TimeoutError(
             f"no running worker within timeout={timeout:g}s: the scheduler at "
-            f"{client.scheduler.address} could not be reached, or every worker stayed "
+            f"{_dist.scheduler(client).address} could not be reached, or every worker stayed "
             "paused (memory pressure)"
         ) from None
     if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
@@ -228,7 +233,7 @@ async def _submit(
     return job
 
 
-def _place(workers: dict[str, Any], n: int, avoid: tuple[str, ...]) -> list[str]:
+def _place(workers: Mapping[str, Mapping[str, Any]], n: int, avoid: tuple[str, ...]) -> list[str]:
     """One worker per coded task, off the ``avoid`` workers when the others suffice."""
     spread_hosts = bool(config.get("spread-hosts"))
     oversubscribe = str(config.get("oversubscribe"))
@@ -247,7 +252,7 @@ def submit_coded(
     n_coded: int | None = None,
     wait: int | float | WaitPolicy | None = None,
     timeout: float | None = None,
-    client: Any = None,
+    client: Client | None = None,
     n_blocks: int | None = None,
     blocks: int | None = None,
     combine: str = "auto",
@@ -257,7 +262,7 @@ def submit_coded(
     dim: Hashable | None = None,
     progress: bool | None = None,
     adversaries: int | None = None,
-    transform: Any = None,
+    transform: TransformSpec = None,
     **kwargs: Any,
 ) -> CodedJob:
     """Start a coded map of ``func`` over the blocks of ``data``; return at once.
@@ -273,7 +278,8 @@ def submit_coded(
     if combine not in COMBINE_CHOICES:
         raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     client = client if client is not None else default_client()
-    return client.sync(
+    return _dist.sync(
+        client,
         _submit,
         client,
         func,
@@ -304,7 +310,7 @@ def map_coded(
     n_coded: int | None = None,
     wait: int | float | WaitPolicy | None = None,
     timeout: float | None = None,
-    client: Any = None,
+    client: Client | None = None,
     n_blocks: int | None = None,
     blocks: int | None = None,
     combine: str = "auto",
@@ -314,7 +320,7 @@ def map_coded(
     dim: Hashable | None = None,
     progress: bool | None = None,
     adversaries: int | None = None,
-    transform: Any = None,
+    transform: TransformSpec = None,
     **kwargs: Any,
 ) -> Any:
     """Map ``func`` over the blocks of ``data`` with coded computing; return the decoded output.
@@ -432,9 +438,11 @@ def map_coded(
         **kwargs,
     )
     if client.asynchronous:
+        # an asynchronous client's submit_coded gives an awaitable of the job
+        pending = cast("Awaitable[CodedJob]", job_or_coro)
 
         async def run() -> Any:
-            job = await job_or_coro
+            job = await pending
             return await job._result_warn()
 
         return run()

@@ -60,7 +60,7 @@ class FirstK(WaitPolicy):
     k: int
     grace: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_grace(self.grace)
         if isinstance(self.k, bool) or not isinstance(self.k, numbers.Integral):
             raise TypeError(f"wait count must be an integer, got {self.k!r}")
@@ -87,7 +87,7 @@ class Fraction(WaitPolicy):
     fraction: float
     grace: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_grace(self.grace)
         if isinstance(self.fraction, bool) or not isinstance(self.fraction, numbers.Real):
             raise TypeError(f"wait fraction must be a float, got {self.fraction!r}")
@@ -133,7 +133,7 @@ class ErrorTarget(WaitPolicy):
     #: ``report.trigger`` when the policy is met by every result being in
     met_trigger = "all"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         e = self.error
         if isinstance(e, bool) or not isinstance(e, numbers.Real) or not 0 < e < math.inf:
             raise ValueError(f"error must be a positive number, got {e!r}")

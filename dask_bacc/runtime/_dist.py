@@ -1,0 +1,161 @@
+"""Typed calls into distributed, for the ones it leaves unannotated.
+
+``dask_bacc.runtime`` is type-checked strictly (``pyproject.toml``), and distributed ships
+partial types: ``Client.sync``, ``gather``, ``cancel``, ``get``, ``run_on_scheduler``,
+``default_client``, ``secede``, ``as_completed`` and ``Future.exception``/``release`` have
+no annotations, and the scheduler's RPC methods are looked up dynamically. Each function
+here is that same call with the types the runtime relies on, and nothing else: no
+behaviour of its own.
+
+The awaitable ones (``gather``, ``cancel``, ``run_on_scheduler``, ``exception`` and the
+scheduler's RPCs) return distributed's own awaitable unchanged: the runtime awaits them on
+the client's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
+
+import distributed
+
+if TYPE_CHECKING:
+    from dask.typing import Key
+    from distributed import Client, Future
+    from distributed.core import PooledRPCCall, rpc
+
+__all__ = [
+    "FutureQueue",
+    "as_completed",
+    "cancel",
+    "default_client",
+    "exception",
+    "gather",
+    "get",
+    "identity",
+    "release",
+    "run_on_scheduler",
+    "running_workers",
+    "scheduler",
+    "secede",
+    "sync",
+    "who_has",
+]
+
+T = TypeVar("T")
+H = TypeVar("H", bound=Hashable)
+
+
+class FutureQueue(Protocol):
+    """What the job uses of a ``distributed.as_completed`` made by :func:`as_completed`:
+    futures (no results), in the order they finish, errors not raised."""
+
+    def add(self, future: Future[Any]) -> None: ...
+
+    async def __anext__(self) -> Future[Any]: ...
+
+    def next_batch(self, block: bool = True) -> list[Future[Any]]: ...
+
+
+def default_client() -> Client:
+    """``distributed.default_client()``: the current client (``ValueError`` without one)."""
+    current = cast("Callable[[], Client]", distributed.default_client)
+    return current()
+
+
+def secede() -> None:
+    """``distributed.secede()``: leave this worker's thread pool (in a task)."""
+    leave = cast("Callable[[], None]", distributed.secede)
+    leave()
+
+
+def sync(client: Client, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    """``client.sync(func, *args, **kwargs)``: ``func``'s result, run on the client's loop.
+
+    With an asynchronous client (or called on its loop) ``Client.sync`` returns the
+    awaitable instead; the public functions that allow an asynchronous client say so.
+    """
+    run = cast("Callable[..., T]", client.sync)
+    return run(func, *args, **kwargs)
+
+
+@overload
+def gather(client: Client, futures: Future[T], errors: str = ...) -> Awaitable[T]: ...
+@overload
+def gather(
+    client: Client, futures: Mapping[H, Future[Any]], errors: str = ...
+) -> Awaitable[dict[H, Any]]: ...
+@overload
+def gather(
+    client: Client, futures: Sequence[Future[T]], errors: str = ...
+) -> Awaitable[list[T]]: ...
+def gather(client: Client, futures: Any, errors: str = "raise") -> Awaitable[Any]:
+    """``client.gather(futures, errors=errors, asynchronous=True)``: the result of one
+    future, or the results in the same structure (a mapping gives a dict with its keys;
+    ``errors="skip"`` leaves None for the futures that failed)."""
+    run = cast("Callable[..., Awaitable[Any]]", client.gather)
+    return run(futures, errors=errors, asynchronous=True)
+
+
+def cancel(
+    client: Client, futures: Sequence[Future[Any]], reason: str | None = None
+) -> Awaitable[None]:
+    """``client.cancel(futures, asynchronous=True, reason=reason)``."""
+    run = cast("Callable[..., Awaitable[None]]", client.cancel)
+    return run(futures, asynchronous=True, reason=reason)
+
+
+def run_on_scheduler(client: Client, function: Callable[..., T], *args: Any) -> Awaitable[T]:
+    """``client.run_on_scheduler(function, *args)`` (awaited: the client's loop)."""
+    run = cast("Callable[..., Awaitable[T]]", client.run_on_scheduler)
+    return run(function, *args)
+
+
+def get(client: Client, graph: Mapping[Key, Any], keys: Sequence[Key]) -> list[Future[Any]]:
+    """``client.get(graph, keys, sync=False)``: a future for each of ``keys``."""
+    run = cast("Callable[..., list[Future[Any]]]", client.get)
+    return run(graph, keys, sync=False)
+
+
+def exception(future: Future[Any]) -> Awaitable[BaseException | None]:
+    """``future.exception(asynchronous=True)``: what the task raised."""
+    run = cast("Callable[..., Awaitable[BaseException | None]]", future.exception)
+    return run(asynchronous=True)
+
+
+def release(future: Future[Any]) -> None:
+    """``future.release()``: drop this reference to the task now."""
+    run = cast("Callable[[], None]", future.release)
+    run()
+
+
+def as_completed(client: Client) -> FutureQueue:
+    """An empty ``distributed.as_completed`` on the client's loop that hands back failed
+    futures too (``raise_errors=False``); futures are added as they are launched."""
+    make = cast("Callable[..., FutureQueue]", distributed.as_completed)
+    return make(loop=client.loop, raise_errors=False)
+
+
+def scheduler(client: Client) -> rpc | PooledRPCCall:
+    """``client.scheduler``, the scheduler's RPC (None only once the client closed: a call
+    on it then fails on None, as it always did)."""
+    return cast("rpc | PooledRPCCall", client.scheduler)
+
+
+def identity(client: Client) -> Awaitable[dict[str, Any]]:
+    """The scheduler's ``identity`` with every worker (``"workers"``: address -> its
+    ``WorkerState.identity()``, a dict of heterogeneous values)."""
+    reply: Awaitable[dict[str, Any]] = scheduler(client).identity(n_workers=-1)
+    return reply
+
+
+def running_workers(client: Client) -> Awaitable[dict[str, int]]:
+    """The scheduler's ``ncores_running``: address -> threads of each running worker."""
+    reply: Awaitable[dict[str, int]] = scheduler(client).ncores_running()
+    return reply
+
+
+def who_has(client: Client, keys: list[Key]) -> Awaitable[dict[Key, list[str]]]:
+    """The scheduler's ``who_has``: key -> addresses of the workers holding it."""
+    reply: Awaitable[dict[Key, list[str]]] = scheduler(client).who_has(keys=keys)
+    return reply
