@@ -12,21 +12,27 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import config
 from ..codes import Code, code_class
-from ..codes.transform import get_transform
+from ..codes.transform import TransformSpec, get_transform
 from ..collections.rewrite import MapCall, find_map
 from ..diagnostics.monitor import jsonable
 from ..exceptions import RewriteError
-from . import keys
+from . import _dist, keys
 from .quality import check_adversaries
 from .report import JobReport
 from .submit import AVOID_WORKERS, _check_common, submit_coded
 from .wait import WaitPolicy
 
+if TYPE_CHECKING:
+    from distributed import Client
+
 __all__ = ["coded", "report_of", "rewrite_reports"]
+
+#: the kind of dask collection :func:`coded` is given and returns
+CollectionT = TypeVar("CollectionT")
 
 #: Topic of the scheduler's event log where each driver task leaves its job's report
 REPORT_TOPIC = "bacc-coded"
@@ -40,7 +46,7 @@ _RESERVED = {
 
 
 def coded(
-    collection: Any,
+    collection: CollectionT,
     *,
     code: str | Code | None = None,
     n_coded: int | None = None,
@@ -48,9 +54,9 @@ def coded(
     timeout: float | None = None,
     code_options: dict[str, Any] | None = None,
     adversaries: int | None = None,
-    transform: Any = None,
+    transform: TransformSpec = None,
     fallback: str = "raise",
-) -> Any:
+) -> CollectionT:
     """Rewrite a lazy map over chunks to run as a coded job; return the same kind of collection.
 
     Parameters
@@ -135,7 +141,8 @@ def coded(
         token,
         dask_key_name=keys.driver_key(token),
     )
-    return call.adapter.rebuild(call, driver, target)
+    rebuilt: CollectionT = call.adapter.rebuild(call, driver, target)  # the same kind
+    return rebuilt
 
 
 def _keeps_dtype(code: str | Code) -> bool:
@@ -160,7 +167,7 @@ def _drive(
     ``xr.map_blocks``, the values of each lazy variable). The job's report goes to the
     scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`."""
     import dask
-    from distributed import get_client, get_worker, secede
+    from distributed import get_client, get_worker
 
     client = get_client()
     # no coded task of this job on this worker: a straggler there would hold the thread
@@ -169,7 +176,7 @@ def _drive(
     # give this worker's thread to the job's tasks, and never take it back: rejoining
     # (as worker_client() does on exit) waits for a free thread, i.e. for a straggler
     # still running here, and the decoded blocks would wait for it
-    secede()
+    _dist.secede()
     # the client's bacc settings; set only when they differ (the config is process-wide)
     same = dask.config.get("bacc") == settings
     with dask.config.set({} if same else {"bacc": settings}):
@@ -193,7 +200,7 @@ def _drive(
         return call.adapter.blocks(client, out, target)
 
 
-def report_of(collection: Any, client: Any = None) -> Any:
+def report_of(collection: Any, client: Client | None = None) -> JobReport:
     """The report of the coded job that last computed ``collection``.
 
     Parameters
@@ -217,8 +224,6 @@ def report_of(collection: Any, client: Any = None) -> Any:
     LookupError
         It has not been computed yet (or its report left the scheduler's event log).
     """
-    from distributed import default_client
-
     parsed = [keys.parse(k) for k in _keys(collection)]
     tokens = sorted({p.token for p in parsed if p is not None and p.kind == "driver"})
     if not tokens:
@@ -231,11 +236,11 @@ def report_of(collection: Any, client: Any = None) -> Any:
             f"this collection holds {len(tokens)} coded jobs: call report_of on each "
             "collection dask_bacc.coded returned"
         )
-    client = client if client is not None else default_client()
-    return client.sync(_report_of, client, tokens[0])
+    client = client if client is not None else _dist.default_client()
+    return _dist.sync(client, _report_of, client, tokens[0])
 
 
-def rewrite_reports(client: Any = None) -> Any:
+def rewrite_reports(client: Client | None = None) -> list[tuple[str, JobReport]]:
     """Reports of the coded jobs the rewritten collections ran, oldest first.
 
     Parameters
@@ -249,18 +254,16 @@ def rewrite_reports(client: Any = None) -> Any:
         The driver task's key and the job's report, for each run the scheduler's event
         log still holds.
     """
-    from distributed import default_client
-
-    client = client if client is not None else default_client()
-    return client.sync(_rewrite_reports, client)
+    client = client if client is not None else _dist.default_client()
+    return _dist.sync(client, _rewrite_reports, client)
 
 
-async def _rewrite_reports(client: Any) -> list[tuple[str, JobReport]]:
+async def _rewrite_reports(client: Client) -> list[tuple[str, JobReport]]:
     events = await client.get_events(REPORT_TOPIC)
     return [(keys.driver_key(m["driver"]), JobReport.from_dict(m["report"])) for _, m in events]
 
 
-async def _report_of(client: Any, token: str) -> JobReport:
+async def _report_of(client: Client, token: str) -> JobReport:
     found = [r for key, r in await _rewrite_reports(client) if key == keys.driver_key(token)]
     if not found:
         raise LookupError(
