@@ -20,9 +20,9 @@ import cloudpickle
 import numpy as np
 import pytest
 from cluster_helpers import gen_cluster
-from distributed import Event, get_worker
 
 import dask_bacc
+from dask_bacc.testing import gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -50,15 +50,8 @@ def chromium() -> str:
     return str(CHROMIUM)
 
 
-def gated(x, slow, event_name):
-    """tanh(x), but workers named in ``slow`` first wait for the distributed Event."""
-    if str(get_worker().name) in slow:
-        Event(event_name).wait()
-    return np.tanh(x)
-
-
-def predict(x, weights, slow, event_name):
-    return gated(x @ weights, slow, event_name)
+def predict(x, weights):
+    return np.tanh(x @ weights)
 
 
 @pytest.fixture
@@ -74,16 +67,15 @@ def browser_test(chromium, tmp_path):
     async def run(c, s, *workers):
         from playwright.async_api import async_playwright
 
-        release = Event("release-browser", client=c)
         rng = np.random.default_rng(0)
         X, W = rng.standard_normal((50, 6)), rng.standard_normal((6, 3))
-        slow = {str(w.name) for w in workers[:3]}
         # uncoded: every task is needed (none cancelled), so the totals below are the
         # gated job's
         await dask_bacc.map_coded(np.tanh, X, n_blocks=5, code="uncoded", client=c)
-        job = await dask_bacc.submit_coded(
-            predict, X, W, slow, "release-browser", n_blocks=5, n_coded=10, wait=7, client=c
-        )
+        # the first three workers' tasks are held (still running at the decode)
+        slow = [w.name for w in workers[:3]]
+        gate = await gate_stragglers(workers=slow, interruptible=False, client=c)
+        job = await dask_bacc.submit_coded(predict, X, W, n_blocks=5, n_coded=10, wait=7, client=c)
         await job
         plugin = s.plugins["bacc-diagnostics"]
         while plugin.jobs[job.token].closed is None:
@@ -107,7 +99,8 @@ def browser_test(chromium, tmp_path):
                 await page.screenshot(path=str(shot), full_page=True)
             finally:
                 await browser.close()
-        await release.set()
+        await gate.release()
+        await gate.clear()
         return shot
 
     return run

@@ -14,11 +14,12 @@ import pandas as pd
 import pytest
 import xarray as xr
 from cluster_helpers import gen_cluster
-from distributed import Event, Nanny, get_worker
+from distributed import Nanny, get_worker
 
 import dask_bacc
 from dask_bacc.codes import BerrutCode
 from dask_bacc.runtime.worker import stale_evals
+from dask_bacc.testing import assert_decodes_reference, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -28,22 +29,6 @@ K, N = 4, 8
 
 def model(block, weights):
     return np.tanh(block @ weights)
-
-
-def gated_share(block, weights, slow_shares, event_name):
-    """model(); a share equal to one of ``slow_shares`` first waits for the Event (the same
-    coded indices straggle in every job, wherever they run)."""
-    b = np.asarray(block)
-    if any(b.shape == s.shape and np.allclose(b, s) for s in slow_shares):
-        Event(event_name).wait()
-    return model(b, weights)
-
-
-def gated_on(block, weights, slow_names, event_name):
-    """model(); on the workers named in ``slow_names`` first wait for the Event."""
-    if str(get_worker().name) in slow_names:
-        Event(event_name).wait()
-    return model(block, weights)
 
 
 def cooperative(block, weights, slow_names):
@@ -63,30 +48,20 @@ def data(rows=4 * K):
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_equals_map_coded_under_the_same_stragglers(c, s, *workers):
     X, W = data()
-    slow_idx = [1, 6]
-    slow = BerrutCode(K, N).encode(np.stack(np.split(X, K)))[slow_idx]
-    release = Event("cd-same", client=c)
-    coded = await dask_bacc.encode(X, n_coded=N, n_blocks=K, client=c, code="berrut")
-    assert coded.code.K == K and coded.code.N == N
-    out = await coded.map(gated_share, W, slow, "cd-same", wait=N - len(slow_idx))
-    await release.set()
-    while any(w.state.executing_count for w in workers):
-        await asyncio.sleep(0.01)
-    await release.clear()
-    direct = await dask_bacc.map_coded(
-        gated_share,
-        X,
-        W,
-        slow,
-        "cd-same",
-        n_blocks=K,
-        n_coded=N,
-        wait=N - len(slow_idx),
-        client=c,
-        code="berrut",
-    )
-    await release.set()
+    slow_idx = [1, 6]  # the same coded tasks straggle in both jobs, wherever they run
+    async with gate_stragglers(indices=slow_idx, client=c):
+        coded = await dask_bacc.encode(X, n_coded=N, n_blocks=K, client=c, code="berrut")
+        assert coded.code.K == K and coded.code.N == N
+        job = await coded.submit(model, W, wait=N - len(slow_idx))
+        out = await job
+        assert sorted(job.report.straggled) == slow_idx
+        while any(w.state.executing_count for w in workers):
+            await asyncio.sleep(0.01)
+        direct = await dask_bacc.map_coded(
+            model, X, W, n_blocks=K, n_coded=N, wait=N - len(slow_idx), client=c, code="berrut"
+        )
     np.testing.assert_allclose(out, direct, rtol=1e-12, atol=1e-12)
+    assert_decodes_reference(out, job.report, model, X, args=(W,))
     # a second step with other weights reuses the same shares (no new encode tasks)
     encodes = {k for k in s.tasks if "bacc-encode" in str(k) and coded.token not in str(k)}
     out2 = await coded.map(model, 2 * W, wait=N)
@@ -157,14 +132,14 @@ async def test_stragglers_do_not_pile_up_across_calls(c, s, *workers):
     await c.gather(coded.shares)
     slow_addr = coded.workers[0]
     slow = next(w for w in workers if w.address == slow_addr)
-    release = Event("cd-pile", client=c)
-    names = {str(slow.name)}
-    first = await coded.submit(gated_on, W, names, "cd-pile", wait=5)
+    # the slow worker's task cannot be stopped: it holds the thread across calls
+    gate = await gate_stragglers(workers=[slow.name], interruptible=False, client=c)
+    first = await coded.submit(model, W, wait=5)
     await first
     assert 0 in first.report.straggled
-    assert slow.state.executing_count == 1  # still blocked in f
+    assert slow.state.executing_count == 1  # still held
     for _ in range(3):
-        job = await coded.submit(gated_on, W, names, "cd-pile", wait=5)
+        job = await coded.submit(model, W, wait=5)
         await job
         # only the blocked share moves (the workers share one process: the busy check
         # must still tell them apart)
@@ -176,9 +151,10 @@ async def test_stragglers_do_not_pile_up_across_calls(c, s, *workers):
         assert all(first.token in str(k) for k in queued), queued
     stale = await c.run(stale_evals)
     assert stale == {w.address: int(w.address == slow_addr) for w in workers}
-    await release.set()
+    await gate.release()
     while slow.state.executing_count:
         await asyncio.sleep(0.01)
+    await gate.clear()
     assert await c.run(stale_evals, workers=[slow_addr]) == {slow_addr: 0}
     job = await coded.submit(model, W)
     await job
@@ -208,10 +184,9 @@ async def test_cancelled_lets_a_long_func_stop_early(c, s, *workers):
 async def test_large_arguments_are_sent_once_per_call(c, s, *workers):
     X, _ = data()
     coded = await dask_bacc.encode(X, n_coded=6, n_blocks=K, client=c)
-    release = Event("cd-args", client=c)
+    gate = await gate_stragglers(indices=range(6), client=c)
     big = np.random.default_rng(0).standard_normal((3, 20_000))  # 480 kB
-    everyone = {str(w.name) for w in workers}
-    job = await coded.submit(gated_on, big, everyone, "cd-args", wait=6)
+    job = await coded.submit(model, big, wait=6)
     evals: list = []
     while len(evals) < 6:  # submissions reach the scheduler in batches
         await asyncio.sleep(0.01)
@@ -219,8 +194,9 @@ async def test_large_arguments_are_sent_once_per_call(c, s, *workers):
     args_keys = [k for k in s.tasks if str(k).startswith(f"bacc-args-{job.token}")]
     assert len(evals) == 6 and len(args_keys) == 1
     assert all(s.tasks[args_keys[0]] in ts.dependencies for ts in evals)
-    await release.set()
+    await gate.release()
     np.testing.assert_allclose((await job).shape, (len(X), 20_000))
+    await gate.clear()
     # small arguments stay inline (no extra hop)
     job = await coded.submit(model, np.ones((3, 2)))
     await job

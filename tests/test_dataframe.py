@@ -12,10 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from cluster_helpers import gen_cluster
-from distributed import Event, get_worker
+from distributed import get_worker
 
 import dask_bacc
-from dask_bacc.codes import get_code
 from dask_bacc.collections import adapt
 from dask_bacc.collections.dataframe import (
     DaskFrameBlocks,
@@ -25,6 +24,7 @@ from dask_bacc.collections.dataframe import (
     frame_blocks,
     partition_block,
 )
+from dask_bacc.testing import assert_decodes_reference, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -49,17 +49,6 @@ def scalar(d):
     return float(np.asarray(d).sum())
 
 
-def gated(d, slow, event_name, func):
-    """func(d), but workers named in ``slow`` first wait for the distributed Event."""
-    try:
-        name = str(get_worker().name)
-    except ValueError:  # the client's call on a mock block (output inference)
-        name = None
-    if name in slow:
-        Event(event_name).wait()
-    return func(d)
-
-
 def per_block(func, obj, n_blocks):
     """func over ``n_blocks`` row blocks of a pandas object, concatenated (the reference)."""
     bounds = np.array_split(np.arange(len(obj)), n_blocks)
@@ -74,15 +63,6 @@ def assert_equal(out, expected):
         pd.testing.assert_frame_equal(out, expected)
     else:
         pd.testing.assert_series_equal(out, expected)
-
-
-def coded_reference(report, func, blocks, stacked):
-    """The job's own decode (same code, same returned set) of func on the coded shares."""
-    code = get_code(**report.code)
-    wrapped = blocks.wrap(func, (), {})
-    coded = code.encode(stacked)
-    results = np.stack([wrapped(coded[i]) for i in report.returned])
-    return code.decode(results, report.returned)
 
 
 # -- input checks (no cluster) ---------------------------------------------------------
@@ -399,15 +379,14 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, kind):
     expected = await plain(c, kind, rowwise, data, 4)
     raw = data if kind.startswith("pandas") else await c.compute(data)
     slow = workers[:2]
-    event = f"release-frame-{kind.replace(' ', '-')}"
-    release = Event(event, client=c)
-    names = {str(w.name) for w in slow}
+    names = [w.name for w in slow]
+    gate = await gate_stragglers(workers=names, interruptible=False, client=c)
     job = await dask_bacc.submit_coded(
-        gated, data, names, event, rowwise, n_coded=8, wait=6, code="berrut", client=c, **opts
+        rowwise, data, n_coded=8, wait=6, code="berrut", client=c, **opts
     )
     out = await job
     rep = job.report
-    # decoded while the two stragglers are still blocked in f
+    # decoded while the two stragglers are still held
     assert all(w.state.executing_count == 1 for w in slow)
     assert rep.status == "finished" and len(rep.returned) == 6
     if kind.startswith("dask"):
@@ -417,34 +396,27 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, kind):
     # a lazy output's partitions run where the decode ran, not behind a blocked thread
     got = await result_of(c, out, kind)
     assert all(w.state.executing_count == 1 for w in slow)
-    await release.set()
+    await gate.release()
+    await gate.clear()
     assert got.shape == expected.shape
     pd.testing.assert_index_equal(got.index, expected.index)
     assert_equal(got.iloc[:0], expected.iloc[:0])  # names and dtypes
     # the values are the job's own decode of its returned set (blocks of 10 rows)
     blocks = frame_blocks(raw, n_blocks=4)
-    ref = coded_reference(rep, rowwise, blocks, blocks.stacked())
-    np.testing.assert_allclose(np.asarray(got), np.concatenate(ref), rtol=1e-12, atol=1e-12)
+    assert_decodes_reference(
+        np.asarray(got), rep, blocks.wrap(rowwise, (), {}), list(blocks.stacked())
+    )
     assert np.abs(np.asarray(got) - np.asarray(expected)).mean() < 0.2
     # a reduction: each block's labels (column names, or 0 for a scalar per block)
     expected = await plain(c, kind, reduce, data, 4)
-    job = await dask_bacc.submit_coded(
-        gated,
-        data,
-        names,
-        event + "-2",
-        reduce,
-        n_coded=8,
-        wait=6,
-        code="berrut",
-        client=c,
-        **opts,
-    )
-    out = await job
-    if kind.startswith("dask"):
-        assert_equal(out._meta, expected.iloc[:0])
-    got = await result_of(c, out, kind)
-    await Event(event + "-2", client=c).set()
+    async with gate_stragglers(workers=names, interruptible=False, client=c):
+        job = await dask_bacc.submit_coded(
+            reduce, data, n_coded=8, wait=6, code="berrut", client=c, **opts
+        )
+        out = await job
+        if kind.startswith("dask"):
+            assert_equal(out._meta, expected.iloc[:0])
+        got = await result_of(c, out, kind)
     assert job.report.status == "finished" and len(job.report.returned) == 6
     pd.testing.assert_index_equal(got.index, expected.index)
     assert got.name == expected.name and got.dtype == np.float64

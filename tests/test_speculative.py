@@ -10,21 +10,15 @@ import dask
 import numpy as np
 import pytest
 from cluster_helpers import gen_cluster
-from distributed import Event, Lock, get_worker
+from distributed import get_worker
 
 import dask_bacc
 from dask_bacc.runtime.speculative import Speculation
+from dask_bacc.testing import assert_exact, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SIX = [("127.0.0.1", 1)] * 6
-
-
-def gate_first_copy_of_block_zero(x, event_name):
-    """Block 0 (its first row starts with -1) blocks in whichever copy runs first."""
-    if x[0, 0] == -1.0 and Lock("bacc-first-copy").acquire(blocking=False):
-        Event(event_name).wait()
-    return np.tanh(x)
 
 
 def fails_on(x, bad):
@@ -81,16 +75,10 @@ async def test_exact_and_no_backup_when_nothing_is_slow(c, s, *workers):
 @gen_cluster(client=True, nthreads=SIX)
 async def test_backup_for_gated_task_and_loser_cancelled(c, s, *workers):
     X = np.random.default_rng(1).uniform(0, 1, (8, 2))
-    X[0, 0] = -1.0  # marks block 0, whose first copy blocks until released
-    release = Event("release-spec", client=c)
+    # block 0's first copy (coded task 0) is held until released, whatever the job does
+    gate = await gate_stragglers(indices=[0], interruptible=False, client=c)
     job = await dask_bacc.submit_coded(
-        gate_first_copy_of_block_zero,
-        X,
-        "release-spec",
-        code="speculative",
-        n_blocks=4,
-        client=c,
-        code_options={"min_runtime": 0.0},
+        np.tanh, X, code="speculative", n_blocks=4, client=c, code_options={"min_runtime": 0.0}
     )
     out = await job
     rep = job.report
@@ -100,10 +88,11 @@ async def test_backup_for_gated_task_and_loser_cancelled(c, s, *workers):
     assert 0 in rep.straggled and rep.cancelled == 1
     (slow,) = [w for w in workers if w.address == rep.workers[0]]
     assert slow.state.executing_count == 1  # the loser is still blocked: never waited for
-    np.testing.assert_array_equal(out, np.tanh(X))
+    assert_exact(out, np.tanh, X, rtol=0, atol=0)
     while (f"bacc-eval-{job.token}", 0) in s.tasks:
         await asyncio.sleep(0.01)  # the losing copy was cancelled
-    await release.set()
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow

@@ -8,16 +8,10 @@ import dask.array as da
 import numpy as np
 import pytest
 from cluster_helpers import checked_local_cluster
-from distributed import Client, Event, get_worker
+from distributed import Client
 
 import dask_bacc
-from dask_bacc.codes import get_code
-
-
-def block_on_worker_zero(x, event_name):
-    if str(get_worker().name) == "0":
-        Event(event_name).wait()
-    return np.tanh(x)
+from dask_bacc.testing import assert_decodes_reference, gate_stragglers
 
 
 @pytest.fixture
@@ -37,10 +31,7 @@ def test_map_coded_with_default_client(client):
     rep = job.report
     assert job.done() and rep.status == "finished"
     assert (rep.K, rep.N, rep.wait_target) == (3, 6, 5)
-    code = get_code(**rep.code)
-    coded = code.encode(np.stack(np.split(X, 3)))
-    expected = code.decode(np.tanh(coded[rep.returned]), rep.returned)
-    np.testing.assert_allclose(out, np.concatenate(expected), rtol=1e-12, atol=1e-12)
+    assert_decodes_reference(out, rep, np.tanh, X)
     text = repr(rep)
     assert "K=3 N=6" in text and "decoded on wait" in text
     assert "status=finished" in repr(job)
@@ -52,18 +43,15 @@ def test_map_coded_with_default_client(client):
 @pytest.mark.slow
 def test_result_timeout_and_cancel(client):
     X = np.ones((6, 2))
-    gate = Event("sync-gate", client=client)
-    job = dask_bacc.submit_coded(
-        block_on_worker_zero, X, "sync-gate", n_blocks=3, wait=6, code="berrut"
-    )
-    with pytest.raises(TimeoutError):
-        job.result(timeout=0.2)  # blocked on worker 0 by the Event: cannot finish
-    assert not job.done()
-    job.cancel()
-    assert job.done() and job.report.status == "cancelled"
-    with pytest.raises(concurrent.futures.CancelledError):
-        job.result()
-    gate.set()
+    with gate_stragglers(workers=["0"]):
+        job = dask_bacc.submit_coded(np.tanh, X, n_blocks=3, wait=6, code="berrut")
+        with pytest.raises(TimeoutError):
+            job.result(timeout=0.2)  # held on worker 0 until released: cannot finish
+        assert not job.done()
+        job.cancel()
+        assert job.done() and job.report.status == "cancelled"
+        with pytest.raises(concurrent.futures.CancelledError):
+            job.result()
 
 
 @pytest.mark.slow
@@ -75,17 +63,12 @@ def test_insufficient_results_sync(client):
         dask_bacc.map_coded(always_fails, np.ones((6, 2)), n_blocks=3)
 
 
-def block_everywhere(x, event_name):
-    Event(event_name).wait()
-    return np.tanh(x)
-
-
 @pytest.mark.slow
 def test_an_interrupted_result_cancels_the_job(client, monkeypatch):
     """Ctrl-C (or a notebook's stop button) in result() cancels the job, nothing runs on."""
     X = np.ones((12, 2))
-    release = Event("sync-interrupt")
-    job = dask_bacc.submit_coded(block_everywhere, X, "sync-interrupt", n_blocks=3)
+    gate = gate_stragglers(indices=range(6))  # every coded task (N <= 6 workers) is held
+    job = dask_bacc.submit_coded(np.tanh, X, n_blocks=3)
     real_sync = client.sync
 
     def interrupted(func, *args, **kwargs):
@@ -100,7 +83,8 @@ def test_an_interrupted_result_cancels_the_job(client, monkeypatch):
     assert job.done() and job.report.status == "cancelled"
     with pytest.raises(concurrent.futures.CancelledError):
         job.result()
-    release.set()
+    gate.release()
+    gate.clear()
 
 
 def wrong_keyword(x, *, scale):

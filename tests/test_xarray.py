@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 import xarray as xr
 from cluster_helpers import gen_cluster
-from distributed import Event, get_worker
+from distributed import get_worker
 
 import dask_bacc
-from dask_bacc.codes import get_code
 from dask_bacc.collections.xarray import XarrayBlocks
+from dask_bacc.testing import gate_stragglers, reference_decode
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -74,17 +74,6 @@ def plain_reduction(obj, func):
     return out.assign_coords(time=obj.time.values[::ROWS])
 
 
-def gated(block, slow, event_name, func):
-    """func(block), but workers named in ``slow`` first wait for the distributed Event."""
-    try:
-        name = str(get_worker().name)
-    except ValueError:  # the template call on the client
-        name = None
-    if name in slow:
-        Event(event_name).wait()
-    return func(block)
-
-
 def only_on_workers(block):
     get_worker()  # raises on the client: meta= must spare the template call
     return block * 2
@@ -107,13 +96,10 @@ def assert_same_labels(out, expected):
 
 
 def expected_decode(obj, func, report):
-    """The job's own decode, computed here: f on code.encode(blocks), decoded, rebuilt."""
+    """The job's own decode, computed here (``reference_decode`` of f on the blocks as the
+    adapter flattens them), rebuilt into labelled output."""
     blocks = XarrayBlocks(obj, dim="time", n_blocks=K)
-    wrapped = blocks.wrap(func, (), {})
-    code = get_code(**report.code)
-    coded = code.encode(blocks.stacked())
-    results = np.stack([wrapped(coded[i]) for i in report.returned])
-    decoded = code.decode(results, report.returned)
+    decoded = reference_decode(report, blocks.wrap(func, (), {}), list(blocks.stacked()))
     return blocks.assemble(list(decoded), decoded.shape[1:], decoded.dtype)
 
 
@@ -209,15 +195,12 @@ async def test_dataset_to_dataarray_and_args(c, s, *workers):
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_berrut_with_gated_stragglers(c, s, *workers, chunked, kind):
     obj = make_array(chunked) if kind == "dataarray" else make_dataset(chunked)
-    event = f"release-xr-{kind}-{chunked}"
-    release = Event(event, client=c)
-    slow = {str(w.name) for w in workers[:2]}
+    # the first two workers' tasks are held (still running at the decode)
+    slow = [w.name for w in workers[:2]]
+    gate = await gate_stragglers(workers=slow, interruptible=False, client=c)
     job = await dask_bacc.submit_coded(
-        gated,
-        obj,
-        slow,
-        event,
         np.tanh,
+        obj,
         dim="time",
         n_blocks=None if chunked else K,
         n_coded=8,
@@ -227,7 +210,7 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, chunked, kind):
     )
     out = await job
     rep = job.report
-    # decoded while the two stragglers are still blocked in f
+    # decoded while the two stragglers are still held
     assert rep.status == "finished" and len(rep.returned) == 6 and rep.cancelled == 2
     assert all(w.state.executing_count == 1 for w in workers[:2])
     assert is_lazy(out) == chunked
@@ -245,9 +228,10 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, chunked, kind):
     # exactly the Berrut estimate of the returned set
     expected = expected_decode(memory, lambda b: np.tanh(b), rep)
     xr.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
-    await release.set()
+    await gate.release()
     while any(w.state.executing_count for w in workers):
         await asyncio.sleep(0.01)
+    await gate.clear()
 
 
 @pytest.mark.slow
