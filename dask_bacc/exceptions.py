@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ApproximationWarning",
     "InexactDecode",
@@ -21,6 +23,10 @@ class InsufficientResults(RuntimeError):
     coded job when the wait policy can no longer be met: every worker that could still
     answer has failed, left or straggled past the timeout.
     """
+
+    #: the job's :class:`~dask_bacc.JobReport` when a coded job raised it (None from a
+    #: code's ``decode``)
+    report: Any = None
 
 
 class UnknownCodeError(ValueError):
@@ -63,6 +69,11 @@ class InexactDecode(ValueError):
     assumption) and ``report`` (the job's report) say how far off it was. Use an
     approximate code, or Lagrange with the right ``degree``.
     """
+
+    #: the relative residual of the results against the code's assumption
+    residual: float = float("nan")
+    #: the job's :class:`~dask_bacc.JobReport`
+    report: Any = None
 
 
 class SuspectResultsWarning(UserWarning):

@@ -779,8 +779,7 @@ class CodedJob:
             + ("; ".join(why) or "none")
             + f" [{action.trigger}]"
         )
-        # InsufficientResults declares no attributes (dask_bacc.exceptions): set here
-        exc.report = rep  # type: ignore[attr-defined]
+        exc.report = rep
         exc.__cause__ = self._cause
         return exc
 

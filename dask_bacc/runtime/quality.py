@@ -324,9 +324,8 @@ class JobQuality:
                 "Its decode would be wrong; use an approximate code (code='systematic-spline')"
                 " or the degree of f (code_options={'degree': d})."
             )
-            # InexactDecode declares no attributes (dask_bacc.exceptions): set here
-            exc.residual = residual  # type: ignore[attr-defined]
-            exc.report = rep  # type: ignore[attr-defined]
+            exc.residual = residual
+            exc.report = rep
             raise exc
 
     def _warn(self, estimate: ErrorEstimate, used: list[int]) -> None:
