@@ -40,6 +40,14 @@ def blocker(event_name: str) -> int:
     return 0
 
 
+async def idle(workers: Any, deadline: float = 30.0) -> None:
+    """Wait until none of the (in-process) ``workers`` executes a task: the stragglers of
+    a finished job, held or cancelled, have let go of their threads."""
+    await until(
+        lambda: not any(w.state.executing_count for w in workers), "the workers to idle", deadline
+    )
+
+
 async def no_tasks(s: Any, deadline: float = 10.0) -> None:
     """Wait until the scheduler holds no task at all (polled, no ``gc.collect()``)."""
     await until(lambda: not s.tasks, f"tasks to leave the scheduler: {list(s.tasks)}", deadline)

@@ -10,7 +10,7 @@ import warnings
 import cloudpickle
 import numpy as np
 import pytest
-from cluster_helpers import gen_cluster, names_at
+from cluster_helpers import gen_cluster, idle, names_at
 from distributed import get_worker
 
 import dask_bacc
@@ -167,8 +167,7 @@ async def test_ill_conditioned_lagrange_decode_warns(c, s, *workers):
             assert rep.error_estimate is None and rep.estimate_method == "ill-conditioned"
             assert "unknown [ill-conditioned]" in str(rep)
             assert rel(out, 3.0 * X + 1.0) < 1.0  # not exact, but bounded
-        while any(w.state.executing_count for w in workers):
-            await asyncio.sleep(0.01)
+        await idle(workers)
 
 
 def test_until_validation():

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cluster_helpers import gen_cluster
+from cluster_helpers import gen_cluster, idle
 from distributed import Nanny, get_worker
 
 import dask_bacc
@@ -55,8 +55,7 @@ async def test_map_equals_map_coded_under_the_same_stragglers(c, s, *workers):
         job = await coded.submit(model, W, wait=N - len(slow_idx))
         out = await job
         assert sorted(job.report.straggled) == slow_idx
-        while any(w.state.executing_count for w in workers):
-            await asyncio.sleep(0.01)
+        await idle(workers)
         direct = await dask_bacc.map_coded(
             model, X, W, n_blocks=K, n_coded=N, wait=N - len(slow_idx), client=c, code="berrut"
         )

@@ -39,6 +39,7 @@ from dask_bacc.codes import registry as codes_registry
 from dask_bacc.codes.base import AMPLIFICATION_LIMIT
 from dask_bacc.codes.berrut import berrut_matrix
 from dask_bacc.exceptions import InsufficientResults as InsufficientResultsFromExceptions
+from dask_bacc.testing import relative_error
 
 PROPERTY_SETTINGS = settings(deadline=None, max_examples=50, database=None)
 
@@ -132,10 +133,6 @@ def decodable_sets(code: Code, rng: np.random.Generator) -> list[list[int]]:
     for ret in sets:
         assert code.can_decode(ret), (code, ret)
     return sets
-
-
-def rel_err(estimate: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.linalg.norm(estimate - truth) / np.linalg.norm(truth))
 
 
 # --- generic tests every code runs through -----------------------------------------------
@@ -507,7 +504,7 @@ def test_berrut_first_order_convergence():
         straggler = N // 2
         returned = [i for i in range(N) if i != straggler]
         results = np.tanh(code.encode(blocks))[returned]
-        errors[N] = rel_err(code.decode(results, returned), truth)
+        errors[N] = relative_error(code.decode(results, returned), truth)
     assert errors[40] > errors[80] > errors[160]
     # first order: 4x the workers gives about 1/4 the error (measured ratio ~0.2)
     assert errors[160] < errors[40] / 3
@@ -625,8 +622,9 @@ def test_original_index_parity_is_much_worse():
     straggler = int(np.argmin(np.abs(code.worker_points - code.data_points[3])))
     returned = [i for i in range(40) if i != straggler]
     results = np.tanh(code.encode(blocks))[returned]
-    err_rank = rel_err(code.decode(results, returned), np.tanh(blocks))
-    err_index = rel_err(reference_decoding(code, returned, "index") @ results, np.tanh(blocks))
+    err_rank = relative_error(code.decode(results, returned), np.tanh(blocks))
+    by_index = reference_decoding(code, returned, "index") @ results
+    err_index = relative_error(by_index, np.tanh(blocks))
     assert err_rank < 0.1
     assert err_index > 20 * err_rank
 
@@ -683,7 +681,7 @@ def test_lagrange_exact_from_any_threshold_subset(case):
     returned = perm[:threshold]
     assert code.can_decode(returned)
     estimate = code.decode(results[returned], returned)
-    assert rel_err(estimate, f(blocks)) < 1e-8
+    assert relative_error(estimate, f(blocks)) < 1e-8
 
     if threshold > 1:
         short = perm[: threshold - 1]
@@ -706,7 +704,7 @@ def test_lagrange_exact_on_random_polynomials(K, degree):
     results = f(code.encode(blocks))
     for size in (threshold, threshold, threshold + 1, N):
         returned = rng.choice(N, size=size, replace=False).tolist()
-        assert rel_err(code.decode(results[returned], returned), f(blocks)) < 1e-8
+        assert relative_error(code.decode(results[returned], returned), f(blocks)) < 1e-8
 
 
 @pytest.mark.slow
@@ -720,13 +718,13 @@ def test_lagrange_with_a_gap_stays_bounded_and_is_flagged(K, N):
     blocks = rng.normal(size=(K, 10))
     results = code.encode(blocks) ** 2
     returned = list(range(code.min_results + 2))  # the other N - 2K - 1 tasks straggle
-    error = rel_err(code.decode(results[returned], returned), blocks**2)
+    error = relative_error(code.decode(results[returned], returned), blocks**2)
     assert error < 1.0
     assert code.amplification(returned) > AMPLIFICATION_LIMIT
     # every task back: well spread points, an exact decode
     everything = list(range(N))
     assert code.amplification(everything) < AMPLIFICATION_LIMIT
-    assert rel_err(code.decode(results, everything), blocks**2) < 1e-8
+    assert relative_error(code.decode(results, everything), blocks**2) < 1e-8
 
 
 def test_amplification_of_every_code():
@@ -747,12 +745,12 @@ def test_lagrange_threshold_is_needed():
     blocks = rng.normal(size=(4, 20))
     results = code.encode(blocks) ** 2
     returned = [0, 3, 6, 9]
-    assert rel_err(code.decode(results[returned], returned), blocks**2) > 1e-3
+    assert relative_error(code.decode(results[returned], returned), blocks**2) > 1e-3
     # while the degree-2 code with its own threshold (7) is exact
     code2 = LagrangeCode(4, 10, degree=2)
     results2 = code2.encode(blocks) ** 2
     returned2 = [9, 0, 2, 4, 5, 7, 8]
-    assert rel_err(code2.decode(results2[returned2], returned2), blocks**2) < 1e-8
+    assert relative_error(code2.decode(results2[returned2], returned2), blocks**2) < 1e-8
 
 
 @pytest.mark.parametrize(

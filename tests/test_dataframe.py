@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import pickle
 import sys
 
@@ -11,7 +10,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from cluster_helpers import gen_cluster
+from cluster_helpers import gen_cluster, idle
 from distributed import get_worker
 
 import dask_bacc
@@ -421,8 +420,7 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, kind):
     pd.testing.assert_index_equal(got.index, expected.index)
     assert got.name == expected.name and got.dtype == np.float64
     assert np.abs(got.to_numpy() - expected.to_numpy()).mean() < 0.2
-    while any(w.state.executing_count for w in workers):
-        await asyncio.sleep(0.01)
+    await idle(workers)
 
 
 @pytest.mark.slow

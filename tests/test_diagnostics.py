@@ -11,7 +11,7 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
-from cluster_helpers import gen_cluster
+from cluster_helpers import gen_cluster, idle
 from distributed import Client, get_worker
 from tornado.httpclient import AsyncHTTPClient
 
@@ -321,8 +321,7 @@ async def test_progress_bar_when_forced_on(c, s, *workers, capsys):
     await job
     await gate.release()
     await gate.clear()
-    while any(w.state.executing_count for w in workers):
-        await asyncio.sleep(0.01)  # the cancelled stragglers' threads are free again
+    await idle(workers)  # the cancelled stragglers' threads are free again
     with dask.config.set({"bacc.progress": True}):  # or on from the configuration
         await dask_bacc.map_coded(np.sin, X, n_blocks=4, n_coded=8, wait=8, client=c, code="berrut")
 

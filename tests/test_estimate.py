@@ -20,6 +20,7 @@ from dask_bacc.codes import (
     estimate_error,
 )
 from dask_bacc.codes.estimate import barycentric_matrix, floater_hormann_weights
+from dask_bacc.testing import relative_error as rel
 from dask_bacc.testing import smooth_blocks
 
 PROPERTY = settings(deadline=None, max_examples=40, database=None, derandomize=True)
@@ -43,10 +44,6 @@ def case(kind: str, K: int, N: int, S: int, pattern: str, seed: int, systematic:
     returned = rng.permutation(np.setdiff1d(np.arange(N), lost))
     decoded = code.decode(results[returned], returned)
     return code, results[returned], returned, decoded, np.tanh(X @ W)
-
-
-def rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 # -- exact decodes: 0 ---------------------------------------------------------------------

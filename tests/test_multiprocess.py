@@ -22,8 +22,7 @@ import pytest
 from distributed import Client
 
 import dask_bacc
-from dask_bacc.codes import get_code
-from dask_bacc.testing import SlowWorkers, inject_stragglers
+from dask_bacc.testing import SlowWorkers, assert_decodes_reference, inject_stragglers
 
 pytestmark = pytest.mark.multiprocess
 
@@ -149,10 +148,7 @@ def test_coded_job_on_a_multiprocess_cluster(cluster):
         assert len(slow) == 2
         assert set(rep.straggled) == slow and rep.cancelled == 2
         assert set(rep.returned) == set(range(4)) - slow
-        code = get_code(**rep.code)
-        coded = code.encode(np.stack(np.split(X, 2)))
-        expected = code.decode(np.stack([np.tanh(coded[i]) for i in rep.returned]), rep.returned)
-        np.testing.assert_allclose(out, np.concatenate(expected), rtol=1e-12, atol=1e-12)
+        assert_decodes_reference(out, rep, np.tanh, X)
 
         def closed():
             _, body = _get(port, "/bacc/stats.json")

@@ -11,40 +11,26 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
-from cluster_helpers import gen_cluster
-from distributed import Event, get_worker
+from cluster_helpers import gen_cluster, idle
 
 import dask_bacc
 from dask_bacc import RewriteError
 from dask_bacc.codes import BerrutCode
 from dask_bacc.collections.rewrite import _map_partitions_expr, _task_call, find_map
+from dask_bacc.testing import assert_decodes_reference, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EIGHT = [("127.0.0.1", 1)] * 8
 K, N, SLOW = 4, 8, [2, 5]
+#: the coded tasks a job decodes from when SLOW straggle (held by gate_stragglers: the same
+#: coded indices straggle in every job, whichever worker runs them)
+RETURNED = [i for i in range(N) if i not in SLOW]
 
 
-def gated_share(block, weights, slow_shares, event_name):
-    """tanh(block @ weights); a block equal to one of ``slow_shares`` first waits for the Event.
-
-    Recognising the coded share by its values makes the same coded indices straggle in
-    every job, whichever worker runs them (the driver runs the job from another process
-    position than map_coded does).
-    """
-    b = np.asarray(block)
-    if any(b.shape == s.shape and np.allclose(b, s) for s in slow_shares):
-        Event(event_name).wait()
-    return np.tanh(b @ weights)
-
-
-async def drain(release, workers):
-    """Let the gated stragglers of a finished job end, then re-arm the gate: a cancelled
-    task keeps its worker's only thread until it returns."""
-    await release.set()
-    while any(w.state.executing_count for w in workers):
-        await asyncio.sleep(0.01)
-    await release.clear()
+def product_tanh(block, weights):
+    """tanh(block @ weights)."""
+    return np.tanh(np.asarray(block) @ weights)
 
 
 def data():
@@ -54,49 +40,27 @@ def data():
     return X, W
 
 
-def expected_berrut(X, W, returned, act=np.tanh):
-    """code.decode(f(code.encode(X))[returned], returned): what the job must give."""
-    code = BerrutCode(K, N)
-    shares = code.encode(np.stack(np.split(X, K)))
-    results = np.stack([act(shares[i] @ W) for i in returned])
-    return np.concatenate(code.decode(results, returned))
-
-
-def slow_shares(X):
-    return BerrutCode(K, N).encode(np.stack(np.split(X, K)))[SLOW]
-
-
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_map_blocks_rewrite_equals_map_coded_with_the_same_stragglers(c, s, *workers):
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
-    release = Event("rw-array", client=c)
-    slow = slow_shares(X)
-    y = x.map_blocks(gated_share, W, slow, "rw-array", chunks=(4, 2), dtype=float)
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
-    assert any(str(k).startswith("bacc-driver-") for k in dict(z.__dask_graph__()))
-    assert z.shape == y.shape and z.chunks == y.chunks and z.dtype == y.dtype
-    rewritten = await c.compute(z)
-    await drain(release, workers)
-    direct = await c.compute(
-        await dask_bacc.map_coded(
-            gated_share,
-            x,
-            W,
-            slow,
-            "rw-array",
-            n_coded=N,
-            wait=N - len(SLOW),
-            client=c,
-            code="berrut",
+    y = x.map_blocks(product_tanh, W, chunks=(4, 2), dtype=float)
+    async with gate_stragglers(indices=SLOW, client=c):
+        z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
+        assert any(str(k).startswith("bacc-driver-") for k in dict(z.__dask_graph__()))
+        assert z.shape == y.shape and z.chunks == y.chunks and z.dtype == y.dtype
+        rewritten = await c.compute(z)
+        rep = await dask_bacc.report_of(z, client=c)
+        await idle(workers)  # the held stragglers let go at the decode
+        job = await dask_bacc.submit_coded(
+            product_tanh, x, W, n_coded=N, wait=N - len(SLOW), client=c, code="berrut"
         )
-    )
-    returned = [i for i in range(N) if i not in SLOW]
-    expected = expected_berrut(X, W, returned)
-    np.testing.assert_allclose(rewritten, expected, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(direct, expected, rtol=1e-12, atol=1e-12)
-    await release.set()
+        direct = await c.compute(await job)
+    assert sorted(rep.returned) == sorted(job.report.returned) == RETURNED
+    assert rep.code == job.report.code == BerrutCode(K, N).get_config()
+    assert_decodes_reference(rewritten, rep, product_tanh, X, args=(W,))
+    assert_decodes_reference(direct, job.report, product_tanh, X, args=(W,))
 
 
 @pytest.mark.slow
@@ -104,7 +68,7 @@ async def test_map_blocks_rewrite_equals_map_coded_with_the_same_stragglers(c, s
 async def test_map_blocks_rewrite_exact_code_equals_plain_and_composes(c, s, *workers):
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
-    y = x.map_blocks(gated_share, W, [], "unused", chunks=(4, 2), dtype=float)
+    y = x.map_blocks(product_tanh, W, chunks=(4, 2), dtype=float)
     z = dask_bacc.coded(y, code="repetition")
     plain = await c.compute(y)
     np.testing.assert_array_equal(await c.compute(z), plain)
@@ -117,13 +81,6 @@ async def test_map_blocks_rewrite_exact_code_equals_plain_and_composes(c, s, *wo
     zi = dask_bacc.coded(xi * 3, code="repetition")
     assert zi.dtype == np.int64
     np.testing.assert_array_equal(await c.compute(zi), np.arange(32).reshape(16, 2) * 3)
-
-
-def gated_on_names(block, weights, names, event_name):
-    """tanh(block @ weights); on the workers named in ``names``, first wait for the Event."""
-    if str(get_worker().name) in names:
-        Event(event_name).wait()
-    return np.tanh(np.asarray(block) @ weights)
 
 
 def _driver_worker(z, workers):
@@ -141,8 +98,9 @@ async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
     comes while the stragglers are still blocked."""
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
-    release = Event("rw-beside-driver", client=c)
-    y = x.map_blocks(gated_share, W, slow_shares(X), "rw-beside-driver", chunks=(4, 2), dtype=float)
+    # the stragglers cannot be stopped: they keep their threads after the decode
+    gate = await gate_stragglers(indices=SLOW, interruptible=False, client=c)
+    y = x.map_blocks(product_tanh, W, chunks=(4, 2), dtype=float)
     z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     persisted = c.persist(z)
     out = await asyncio.wait_for(c.compute(persisted), 60)
@@ -150,11 +108,13 @@ async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
     rep = await dask_bacc.report_of(z, client=c)
     assert driver_addr not in rep.workers
     assert sorted(rep.straggled) == SLOW
-    # the stragglers are still blocked in f on their own workers
+    # the stragglers are still held on their own workers
     blocked = {w.address for w in workers if w.state.executing_count == 1}
     assert {rep.workers[i] for i in SLOW} <= blocked
-    np.testing.assert_allclose(out, expected_berrut(X, W, rep.returned), rtol=1e-12, atol=1e-12)
-    await release.set()
+    assert_decodes_reference(out, rep, product_tanh, X, args=(W,))
+    await gate.release()
+    await idle(workers)  # the held stragglers let go at the decode
+    await gate.clear()
 
 
 @pytest.mark.slow
@@ -162,19 +122,14 @@ async def test_a_straggler_never_holds_the_drivers_worker(c, s, *workers):
 async def test_the_default_n_leaves_the_drivers_worker_out(c, s, *workers):
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
-    z = dask_bacc.coded(
-        x.map_blocks(gated_share, W, [], "unused", chunks=(4, 2), dtype=float), code="berrut"
-    )
+    z = dask_bacc.coded(x.map_blocks(product_tanh, W, chunks=(4, 2), dtype=float), code="berrut")
     out = await c.compute(c.persist(z))
     driver_addr = _driver_worker(z, workers)
     rep = await dask_bacc.report_of(z, client=c)
     assert rep.N == len(workers) - 1  # 2K = 8 capped by the workers other than the driver's
     assert driver_addr not in rep.workers and len(set(rep.workers)) == rep.N
-    code = BerrutCode(K, rep.N)
-    shares = code.encode(np.stack(np.split(X, K)))
-    results = np.stack([np.tanh(shares[i] @ W) for i in rep.returned])
-    expected = np.concatenate(code.decode(results, rep.returned))
-    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    assert rep.code == BerrutCode(K, rep.N).get_config()
+    assert_decodes_reference(out, rep, product_tanh, X, args=(W,))
 
 
 def corrupt_share(block, bad_share):
@@ -234,8 +189,8 @@ async def test_report_of_a_rewritten_collection(c, s, *workers):
 
     X, W = data()
     x = da.from_array(X, chunks=(4, 3))
-    release = Event("rw-report", client=c)
-    y = x.map_blocks(gated_share, W, slow_shares(X), "rw-report", chunks=(4, 2), dtype=float)
+    gate = await gate_stragglers(indices=SLOW, client=c)
+    y = x.map_blocks(product_tanh, W, chunks=(4, 2), dtype=float)
     z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
     with pytest.raises(LookupError, match="not been computed"):
         await dask_bacc.report_of(z, client=c)
@@ -243,12 +198,12 @@ async def test_report_of_a_rewritten_collection(c, s, *workers):
     rep = await dask_bacc.report_of(z, client=c)
     assert isinstance(rep, dask_bacc.JobReport) and rep.status == "finished"
     assert (rep.K, rep.N, rep.code["name"]) == (K, N, "berrut")
-    assert sorted(rep.returned) == [i for i in range(N) if i not in SLOW]
+    assert sorted(rep.returned) == RETURNED
     assert sorted(rep.straggled) == SLOW and rep.error_estimate is not None
     # keys and lists restored from the event log (msgpack hands back tuples)
     assert all(isinstance(i, int) for i in rep.arrival) and isinstance(rep.returned, list)
     # a collection built on it names the same job; computing again gives a newer report
-    await drain(release, workers)
+    await idle(workers)  # the held stragglers let go at the decode
     await c.compute(z.sum())
     again = await dask_bacc.report_of(z.sum(), client=c)
     assert again.token != rep.token
@@ -264,7 +219,8 @@ async def test_report_of_a_rewritten_collection(c, s, *workers):
         dask_bacc.report_of(y, client=c)
     with pytest.raises(ValueError, match="2 coded jobs"):
         dask_bacc.report_of(z + dask_bacc.coded(y, code="berrut"), client=c)
-    await release.set()
+    await gate.release()
+    await gate.clear()
 
 
 @pytest.mark.slow
@@ -274,37 +230,33 @@ async def test_apply_ufunc_rewrite_equals_map_coded(c, s, *workers):
     obj = xr.DataArray(
         X, dims=("time", "x"), coords={"time": np.arange(len(X))}, name="v", attrs={"u": "m"}
     ).chunk({"time": 4})
-    release = Event("rw-xr", client=c)
-    slow = slow_shares(X)
     W3 = np.eye(3)  # keep the x dimension: apply_ufunc without core dims maps elementwise-shaped
 
     def f(b):
-        return gated_share(b, W3, slow, "rw-xr")
+        return product_tanh(b, W3)
 
     y = xr.apply_ufunc(f, obj, dask="parallelized", output_dtypes=[float], keep_attrs=True)
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
-    assert isinstance(z, xr.DataArray) and z.dims == y.dims and z.name == y.name
-    assert z.attrs == y.attrs and z.chunks == y.chunks
-    xr.testing.assert_identical(z.coords.to_dataset(), y.coords.to_dataset())
-    rewritten = (await c.compute(z)).values
-    await drain(release, workers)
-    direct = await c.compute(
-        await dask_bacc.map_coded(
-            f, obj.data, n_coded=N, wait=N - len(SLOW), code="berrut", client=c
+    async with gate_stragglers(indices=SLOW, client=c):
+        z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
+        assert isinstance(z, xr.DataArray) and z.dims == y.dims and z.name == y.name
+        assert z.attrs == y.attrs and z.chunks == y.chunks
+        xr.testing.assert_identical(z.coords.to_dataset(), y.coords.to_dataset())
+        rewritten = (await c.compute(z)).values
+        rep = await dask_bacc.report_of(z, client=c)
+        await idle(workers)  # the held stragglers let go at the decode
+        direct = await c.compute(
+            await dask_bacc.map_coded(
+                f, obj.data, n_coded=N, wait=N - len(SLOW), code="berrut", client=c
+            )
         )
-    )
+    assert sorted(rep.returned) == RETURNED
     np.testing.assert_allclose(rewritten, direct, rtol=1e-12, atol=1e-12)
-    await release.set()
     exact = dask_bacc.coded(y, code="repetition")
     xr.testing.assert_identical(await c.compute(exact), await c.compute(y))
 
 
-def gated_dataset(block, slow_shares, event_name):
-    """tanh of every variable; a block whose ``a`` equals a slow share waits for the Event."""
-    if any(
-        block["a"].shape == sh.shape and np.allclose(block["a"].values, sh) for sh in slow_shares
-    ):
-        Event(event_name).wait()
+def tanh_block(block):
+    """tanh of every variable."""
     return np.tanh(block)
 
 
@@ -321,27 +273,19 @@ def dataset(X):
 async def test_xr_map_blocks_rewrite_equals_map_coded(c, s, *workers):
     X, _ = data()
     ds = dataset(X)
-    release = Event("rw-xr-blocks", client=c)
-    slow = slow_shares(X)
-    y = xr.map_blocks(gated_dataset, ds, args=(slow, "rw-xr-blocks"))
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
-    assert isinstance(z, xr.Dataset) and z.chunks == y.chunks and z.attrs == y.attrs
-    rewritten = await c.compute(z)
-    await drain(release, workers)
-    direct = await c.compute(
-        await dask_bacc.map_coded(
-            gated_dataset,
-            ds,
-            slow,
-            "rw-xr-blocks",
-            dim="time",
-            n_coded=N,
-            wait=N - len(SLOW),
-            code="berrut",
-            client=c,
+    y = xr.map_blocks(tanh_block, ds)
+    async with gate_stragglers(indices=SLOW, client=c):
+        z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
+        assert isinstance(z, xr.Dataset) and z.chunks == y.chunks and z.attrs == y.attrs
+        rewritten = await c.compute(z)
+        rep = await dask_bacc.report_of(z, client=c)
+        await idle(workers)  # the held stragglers let go at the decode
+        direct = await c.compute(
+            await dask_bacc.map_coded(
+                tanh_block, ds, dim="time", n_coded=N, wait=N - len(SLOW), code="berrut", client=c
+            )
         )
-    )
-    await release.set()
+    assert sorted(rep.returned) == RETURNED
     xr.testing.assert_allclose(rewritten, direct, rtol=1e-12, atol=1e-12)
     assert rewritten.lab.dtype == ds.lab.dtype  # labels are restored, not decoded
     exact = await c.compute(dask_bacc.coded(y, code="repetition"))
@@ -353,11 +297,8 @@ async def test_xr_map_blocks_rewrite_equals_map_coded(c, s, *workers):
     xr.testing.assert_identical(await c.compute(za), await c.compute(ya.sum("x")))
 
 
-def gated_frame(part, slow_shares, event_name):
-    """tanh of the partition; a partition equal to a slow coded share waits for the Event."""
-    values = part.to_numpy()
-    if any(values.shape == sh.shape and np.allclose(values, sh) for sh in slow_shares):
-        Event(event_name).wait()
+def tanh_twice(part):
+    """tanh(2 part)."""
     return np.tanh(part * 2)
 
 
@@ -370,32 +311,23 @@ async def test_map_partitions_rewrite_equals_map_coded(c, s, *workers):
     X, _ = data()
     df = pd.DataFrame(X, columns=["a", "b", "c"], index=pd.RangeIndex(100, 100 + len(X)))
     ddf = dd.from_pandas(df, npartitions=K, sort=True)
-    release = Event("rw-frame", client=c)
-    slow = slow_shares(X)
-    y = ddf.map_partitions(gated_frame, slow, "rw-frame")
-    z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
-    assert isinstance(z, dd.DataFrame) and z.npartitions == K and z.divisions == y.divisions
-    assert list(z.columns) == list(y.columns)
-    rewritten = await c.compute(z)
-    await drain(release, workers)
-    direct = await c.compute(
-        await dask_bacc.map_coded(
-            gated_frame,
-            ddf,
-            slow,
-            "rw-frame",
-            n_coded=N,
-            wait=N - len(SLOW),
-            client=c,
-            code="berrut",
+    y = ddf.map_partitions(tanh_twice)
+    async with gate_stragglers(indices=SLOW, client=c):
+        z = dask_bacc.coded(y, n_coded=N, wait=N - len(SLOW), code="berrut")
+        assert isinstance(z, dd.DataFrame) and z.npartitions == K and z.divisions == y.divisions
+        assert list(z.columns) == list(y.columns)
+        rewritten = await c.compute(z)
+        rep = await dask_bacc.report_of(z, client=c)
+        await idle(workers)  # the held stragglers let go at the decode
+        direct = await c.compute(
+            await dask_bacc.map_coded(
+                tanh_twice, ddf, n_coded=N, wait=N - len(SLOW), client=c, code="berrut"
+            )
         )
-    )
-    await release.set()
     pd.testing.assert_frame_equal(rewritten, direct, rtol=1e-12, atol=1e-12)
     pd.testing.assert_index_equal(rewritten.index, df.index)
-    returned = [i for i in range(N) if i not in SLOW]
-    expected = expected_berrut(X, np.eye(3), returned, lambda v: np.tanh(2 * v))
-    np.testing.assert_allclose(rewritten.to_numpy(), expected, rtol=1e-12, atol=1e-12)
+    assert sorted(rep.returned) == RETURNED and rep.code == BerrutCode(K, N).get_config()
+    assert_decodes_reference(rewritten.to_numpy(), rep, tanh_twice, X)
     # exact code: equals the plain map, and a further lazy reduction composes
     exact = dask_bacc.coded(y, code="repetition")
     pd.testing.assert_frame_equal(await c.compute(exact), await c.compute(y))

@@ -17,6 +17,7 @@ from dask_bacc.codes import (
     robust_decode,
 )
 from dask_bacc.codes.robust import approxifer_votes, loo_consistency, required_results
+from dask_bacc.testing import relative_error as rel
 from dask_bacc.testing import smooth_blocks
 
 PROPERTY = settings(deadline=None, max_examples=40, database=None, derandomize=True)
@@ -46,10 +47,6 @@ def corrupt(results: np.ndarray, cols: list[int], kind: str, seed: int) -> np.nd
         else:
             out[c] = out[c] + 3 * scale * rng.standard_normal(out[c].shape)
     return out
-
-
-def rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 SEEDED = [  # (K, A, stragglers, corruption, seed)

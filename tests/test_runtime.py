@@ -10,7 +10,7 @@ import cloudpickle
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import gen_cluster, names_at
+from cluster_helpers import gen_cluster, idle, names_at
 from distributed import Nanny, get_worker
 
 import dask_bacc
@@ -81,8 +81,7 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     # once they return, their results are dropped: the scheduler holds no task of this job
     while any(job.token in str(k) for k in s.tasks):
         await asyncio.sleep(0.01)
-    while any(w.state.executing_count for w in workers):
-        await asyncio.sleep(0.01)
+    await idle(workers)
     await gate.clear()
 
 
@@ -280,8 +279,7 @@ async def test_cancel_job_when_the_task_cancellation_is_lost(c, s, *workers):
         assert job.done() and job.report.status == "cancelled"
         with pytest.raises(concurrent.futures.CancelledError):
             await job
-    while any(w.state.executing_count for w in workers):
-        await asyncio.sleep(0.01)
+    await idle(workers)
 
 
 @pytest.mark.slow

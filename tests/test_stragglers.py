@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cluster_helpers import checked_local_cluster, gen_cluster
+from cluster_helpers import checked_local_cluster, gen_cluster, idle
 from distributed import Event
 
 import dask_bacc
@@ -96,8 +96,7 @@ async def test_injected_stragglers_are_cancelled_and_interrupted(c, s, *workers)
     assert set(rep.straggled) == slow_idx
     assert rep.cancelled == 2
     # the hour-long injected delays end because the job decoded: the workers become idle
-    while any(w.state.executing_count for w in slow):
-        await asyncio.sleep(0.01)
+    await idle(slow)
     logged = [entry for w in slow for entry in w.plugins[STRAGGLER_PLUGIN_NAME].log]
     assert {entry[3] for entry in logged} == {3600.0}
     # compute spent: every eval recorded the thread time it occupied, the interrupted
@@ -245,8 +244,7 @@ async def test_gated_indices_straggle_until_the_job_decodes(c, s, *workers):
         assert sorted(rep.straggled) == [3, 5] and rep.cancelled == 2
         assert sorted(rep.returned) == [0, 1, 2, 4, 6, 7]
         assert_decodes_reference(out, rep, np.tanh, X)
-        while any(w.state.executing_count for w in workers):
-            await asyncio.sleep(0.01)
+        await idle(workers)
         held = [entry for w in workers for entry in w.plugins[gate.name].held]
         assert sorted(index for _, index, _ in held) == [3, 5]
         assert not await Event(gate.event, client=c).is_set()  # never released

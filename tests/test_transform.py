@@ -15,9 +15,10 @@ import pytest
 from cluster_helpers import checked_local_cluster, gen_cluster
 
 import dask_bacc
-from dask_bacc.codes import RepetitionCode, SplineCode, estimate_error, get_code
+from dask_bacc.codes import RepetitionCode, SplineCode, estimate_error
 from dask_bacc.codes.estimate import sample_sketch
 from dask_bacc.codes.transform import TRANSFORMS, Transform, get_transform
+from dask_bacc.testing import assert_decodes_reference
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -29,14 +30,6 @@ def probs(x):
     """Row-wise softmax: class probabilities of a linear model."""
     e = np.exp(1.5 * x)
     return e / e.sum(axis=1, keepdims=True)
-
-
-def reference(report, X, func, transform):
-    """What the job must return: its code decoding forward(f(shares)) from report.returned."""
-    code = get_code(**report.code)
-    shares = code.encode(np.stack(np.split(X, code.K)))
-    results = np.stack([transform.forward(func(shares[i])) for i in report.returned])
-    return np.concatenate(transform.inverse(code.decode(results, report.returned)))
 
 
 # -- the codes side ---------------------------------------------------------------------------
@@ -108,14 +101,14 @@ async def test_map_coded_spline_log_equals_its_reference(c, s, *workers):
     rep = job.report
     assert rep.transform == "log" and rep.estimate_method == "embedded-fh3"
     assert rep.error_estimate is not None and rep.error_estimate < 0.5
-    np.testing.assert_allclose(out, reference(rep, X, probs, tr), rtol=1e-10, atol=1e-14)
+    assert_decodes_reference(out, rep, probs, X, transform=tr, rtol=1e-10, atol=1e-14)
 
     with dask.config.set({"bacc.client-decode-limit": 0}):  # force the decode task
         job = await dask_bacc.submit_coded(
             probs, X, code="spline", transform="log", n_blocks=4, n_coded=8, client=c
         )
         out = await job
-    np.testing.assert_allclose(out, reference(job.report, X, probs, tr), rtol=1e-10)
+    assert_decodes_reference(out, job.report, probs, X, transform=tr, rtol=1e-10, atol=0)
     assert job.report.error_estimate is not None
 
     darr = da.from_array(X, chunks=16)
@@ -124,8 +117,10 @@ async def test_map_coded_spline_log_equals_its_reference(c, s, *workers):
     )
     out = await job
     assert isinstance(out, da.Array)
-    ref = reference(job.report, X, probs, get_transform("log-probabilities"))
-    np.testing.assert_allclose(await c.compute(out), ref, rtol=1e-10)
+    tr = get_transform("log-probabilities")
+    assert_decodes_reference(
+        await c.compute(out), job.report, probs, X, transform=tr, rtol=1e-10, atol=0
+    )
 
 
 @pytest.mark.slow
@@ -135,7 +130,7 @@ async def test_transform_on_every_entry_point(c, s, *workers):
     data = await dask_bacc.encode(X, code="spline", n_coded=8, n_blocks=4, client=c)
     job = await data.submit(probs, transform="log")
     out = await job
-    np.testing.assert_allclose(out, reference(job.report, X, probs, tr), rtol=1e-10)
+    assert_decodes_reference(out, job.report, probs, X, transform=tr, rtol=1e-10, atol=0)
     # exact codes stay exact up to rounding
     out = await dask_bacc.map_coded(
         probs, X, code="repetition", transform="log", n_blocks=4, n_coded=8, client=c

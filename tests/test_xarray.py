@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import cloudpickle
@@ -11,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cluster_helpers import gen_cluster
+from cluster_helpers import gen_cluster, idle
 from distributed import get_worker
 
 import dask_bacc
@@ -229,8 +228,7 @@ async def test_berrut_with_gated_stragglers(c, s, *workers, chunked, kind):
     expected = expected_decode(memory, lambda b: np.tanh(b), rep)
     xr.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
     await gate.release()
-    while any(w.state.executing_count for w in workers):
-        await asyncio.sleep(0.01)
+    await idle(workers)
     await gate.clear()
 
 
