@@ -212,6 +212,30 @@ async def test_eval_hooks_are_worker_plugins_every_eval_calls(c, s, *workers):
     assert eval_hooks() == []  # outside a worker: none
 
 
+@dataclass
+class FailOn(EvalHook):
+    """An eval hook that fails the evals of chosen coded tasks."""
+
+    indices: tuple = ()
+    name: str = "test-fail-on"
+
+    def after_eval(self, call: EvalCall) -> None:
+        if call.index in self.indices:
+            raise OSError(f"hook failed task {call.index}")
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_an_eval_hook_that_raises_fails_the_eval(c, s, *workers):
+    await c.register_plugin(FailOn((1,)), name="test-fail-on")
+    X = np.arange(8.0).reshape(4, 2)
+    job = await dask_bacc.submit_coded(
+        np.square, X, n_blocks=2, n_coded=4, code="repetition", wait=4, client=c
+    )
+    np.testing.assert_array_equal(await job, X**2)  # decoded from the other copies
+    assert list(job.report.failed) == [1] and "hook failed task 1" in job.report.failed[1]
+    await c.unregister_worker_plugin("test-fail-on")
+
+
 # -- Event-gated stragglers --------------------------------------------------------------------
 def test_gate_validation():
     with pytest.raises(ValueError, match="which evals"):

@@ -480,9 +480,9 @@ class EventGate(EvalHook):
         if not self.holds(call.index, call.worker):
             return
         self.held.append((call.seq, call.index, _worker_name(call.worker)))
-        event = Event(self.event)  # the worker's client
-        while not event.wait(timeout=self.poll):
-            if self.interruptible and call.wait(0):
+        event = Event(self.event)  # through the worker's client
+        while not (self.interruptible and call.wait(0)):
+            if event.wait(timeout=self.poll):  # returns at once when the event is set
                 return
 
 
