@@ -93,6 +93,11 @@ def _nonneg(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a finite number >= 0, got {value}")
 
 
+def _factor(name: str, value: float) -> None:
+    if not value >= 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
 @dataclass(frozen=True)
 class SlowWorkers(StragglerModel):
     """A fixed set of slow workers (by name): each of their tasks is delayed.
@@ -116,8 +121,7 @@ class SlowWorkers(StragglerModel):
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(str(n) for n in self.names))
         _nonneg("delay", self.delay)
-        if self.factor < 1:
-            raise ValueError(f"factor must be >= 1, got {self.factor}")
+        _factor("factor", self.factor)
 
     def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
         if str(worker_name) not in self.names:
@@ -147,8 +151,7 @@ class Bimodal(StragglerModel):
         if not 0 <= self.p <= 1:
             raise ValueError(f"p must lie in [0, 1], got {self.p}")
         _nonneg("delay", self.delay)
-        if self.factor < 1:
-            raise ValueError(f"factor must be >= 1, got {self.factor}")
+        _factor("factor", self.factor)
 
     def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
         if rng.random() >= self.p:
