@@ -156,7 +156,7 @@ def _keeps_dtype(code: str | Code) -> bool:
 def _bacc_settings() -> dict[str, Any]:
     import dask
 
-    return dask.config.get("bacc") or {}
+    return dask.config.get("bacc", default={}) or {}
 
 
 def _drive(
@@ -178,7 +178,7 @@ def _drive(
     # still running here, and the decoded blocks would wait for it
     _dist.secede()
     # the client's bacc settings; set only when they differ (the config is process-wide)
-    same = dask.config.get("bacc") == settings
+    same = dask.config.get("bacc", default={}) == settings
     with dask.config.set({} if same else {"bacc": settings}):
         # combine, and labels (dim) only where the kind has them: the mapped function may
         # take a dim keyword of its own
