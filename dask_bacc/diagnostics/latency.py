@@ -1,0 +1,344 @@
+"""A straggler model learned online from the history of coded jobs.
+
+Pure Python and NumPy (no distributed): the scheduler plugin feeds it each closed job's
+coded tasks, tests feed it synthetic histories.
+
+Every task is measured against its own job: its *relative latency* is its duration over
+the median duration of the job's finished tasks, so a job of slow tasks does not make
+every worker look slow. A task is *late* when its relative latency exceeds
+``late_factor``. A task cancelled or still running when its job ended is right-censored
+(it took at least its elapsed time): once that elapsed time is past the threshold it
+counts as late and enters the quantiles at that lower bound; before, it is left out (its
+latency is unknown, and counting it as on time would understate stragglers).
+
+Forgetting is exponential in jobs: an observation ``k`` jobs old weighs
+``0.5 ** (k / half_life)``, so a worker that becomes slow, or recovers, crosses
+``p_late = 0.5`` within about ``half_life + 1`` jobs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LatencyModel", "TaskObservation", "WorkerPrediction"]
+
+#: a job median below this (seconds) is taken as this: no division by zero
+_TINY = 1e-6
+
+
+@dataclass(frozen=True)
+class TaskObservation:
+    """One coded task of a job, as fed to :meth:`LatencyModel.observe_job`.
+
+    Parameters
+    ----------
+    worker : str
+        The worker's address.
+    host : str
+        Its host (tasks on one host may straggle together).
+    duration : float
+        Seconds from dispatch to return; for a censored task, the seconds it had run.
+    finished : bool
+        False when the task was cancelled or still running at the job's end: it took
+        *at least* ``duration``.
+    """
+
+    worker: str
+    host: str
+    duration: float
+    finished: bool = True
+
+
+@dataclass(frozen=True)
+class WorkerPrediction:
+    """What the model expects of a worker's next coded task.
+
+    Parameters
+    ----------
+    p_late : float
+        Probability that its task is late (relative latency above ``late_factor``).
+    q50, q90, q99 : float
+        Quantiles of its relative latency (1 is the job's median task).
+    n_eff : float
+        Effective number of observations behind the figures (0: a prior).
+    """
+
+    p_late: float
+    q50: float
+    q90: float
+    q99: float
+    n_eff: float
+
+
+#: the prediction when nothing is known: never late, always at the median
+NOTHING_KNOWN = WorkerPrediction(p_late=0.0, q50=1.0, q90=1.0, q99=1.0, n_eff=0.0)
+
+
+class _Tally:
+    """Exponentially forgotten counts and recent relative latencies of a worker, a host
+    or the whole cluster."""
+
+    __slots__ = ("at", "late", "n", "pair_late", "pairs", "samples")
+
+    def __init__(self, samples: int):
+        self.at = 0  # job number the sums were last decayed to
+        self.late = 0.0
+        self.n = 0.0
+        # host correlation: ordered pairs (i, j) of tasks of one job on the host with i
+        # late, and those with j late too
+        self.pairs = 0.0
+        self.pair_late = 0.0
+        self.samples: deque[tuple[int, float]] = deque(maxlen=samples)  # (job, relative)
+
+    def decay(self, job: int, factor: float) -> None:
+        if job != self.at:
+            f = factor ** (job - self.at)
+            self.late *= f
+            self.n *= f
+            self.pairs *= f
+            self.pair_late *= f
+            self.at = job
+
+    def add(self, job: int, rel: float, late: bool) -> None:
+        self.n += 1.0
+        self.late += late
+        self.samples.append((job, rel))
+
+    def quantiles(self, job: int, factor: float) -> tuple[float, float, float]:
+        if not self.samples:
+            return (1.0, 1.0, 1.0)
+        arr = np.array(self.samples, dtype=float)
+        order = np.argsort(arr[:, 1])
+        values = arr[order, 1]
+        cum = np.cumsum(factor ** (job - arr[order, 0]))
+        cum /= cum[-1]
+        idx = np.searchsorted(cum, (0.5, 0.9, 0.99))
+        q = values[np.minimum(idx, len(values) - 1)]
+        return (float(q[0]), float(q[1]), float(q[2]))
+
+    def predict(self, job: int, factor: float) -> WorkerPrediction:
+        self.decay(job, factor)
+        if self.n <= 0.0:
+            return NOTHING_KNOWN
+        q50, q90, q99 = self.quantiles(job, factor)
+        return WorkerPrediction(self.late / self.n, q50, q90, q99, self.n)
+
+
+class LatencyModel:
+    """Per-worker and per-host straggler statistics, learned online from coded jobs.
+
+    Parameters
+    ----------
+    late_factor : float
+        A task is late when its duration exceeds this multiple of its job's median.
+    half_life : float
+        Jobs after which an observation weighs half as much.
+    samples : int
+        Recent relative latencies kept per worker and per host for the quantiles.
+    max_workers : int
+        Workers (and hosts) kept at most; the least recently seen are dropped first, so
+        a cluster whose workers come and go does not grow the model without limit.
+
+    Notes
+    -----
+    :meth:`predict` of a worker never seen falls back on its host's figures when the host
+    is given and known, then on the whole cluster's, then on :data:`NOTHING_KNOWN`
+    (``p_late=0``, every quantile 1, ``n_eff=0``).
+    """
+
+    def __init__(
+        self,
+        late_factor: float = 1.5,
+        half_life: float = 3.0,
+        samples: int = 64,
+        max_workers: int = 1000,
+    ):
+        if late_factor <= 1.0 or half_life <= 0.0 or samples < 1 or max_workers < 1:
+            raise ValueError("need late_factor > 1, half_life > 0, samples >= 1, max_workers >= 1")
+        self.late_factor = float(late_factor)
+        self.half_life = float(half_life)
+        self.samples = int(samples)
+        self.max_workers = int(max_workers)
+        self._factor = 0.5 ** (1.0 / self.half_life)
+        self.jobs = 0  # jobs observed
+        self.cluster = _Tally(self.samples)
+        self.workers: OrderedDict[str, _Tally] = OrderedDict()  # least recently seen first
+        self.hosts: OrderedDict[str, _Tally] = OrderedDict()
+        self.host_of: dict[str, str] = {}
+
+    # -- learning ---------------------------------------------------------------------------
+    def observe_job(self, tasks: Iterable[TaskObservation]) -> bool:
+        """Learn from one job's coded tasks.
+
+        Parameters
+        ----------
+        tasks : iterable of TaskObservation
+            The job's tasks that ran (failed tasks are not latencies: leave them out).
+
+        Returns
+        -------
+        bool
+            False when the job taught nothing (no finished task gives it a median).
+        """
+        tasks = list(tasks)
+        finished = [t.duration for t in tasks if t.finished]
+        if not finished:
+            return False
+        median = max(float(np.median(finished)), _TINY)
+        self.jobs += 1
+        job, factor, threshold = self.jobs, self._factor, self.late_factor
+        self.cluster.decay(job, factor)
+        per_host: dict[str, list[int]] = {}  # host -> [tasks, late]
+        for t in tasks:
+            rel = t.duration / median
+            late = rel > threshold  # a censored task: at least rel, so late when past it
+            if not t.finished and not late:
+                # censored below the threshold: its latency is unknown, only bounded
+                # below; counting it as on time would bias p_late down, so it is skipped
+                continue
+            w = self._tally(self.workers, t.worker)
+            w.decay(job, factor)
+            w.add(job, rel, late)
+            h = self._tally(self.hosts, t.host)
+            h.decay(job, factor)
+            h.add(job, rel, late)
+            self.cluster.add(job, rel, late)
+            self.host_of[t.worker] = t.host
+            counts = per_host.setdefault(t.host, [0, 0])
+            counts[0] += 1
+            counts[1] += late
+        for host, (n, n_late) in per_host.items():
+            if n >= 2:
+                h = self.hosts[host]
+                h.pairs += n_late * (n - 1)
+                h.pair_late += n_late * (n_late - 1)
+        self._trim()
+        return True
+
+    def _tally(self, table: OrderedDict[str, _Tally], key: str) -> _Tally:
+        tally = table.get(key)
+        if tally is None:
+            tally = table[key] = _Tally(self.samples)
+            tally.at = self.jobs
+        else:
+            table.move_to_end(key)
+        return tally
+
+    def _trim(self) -> None:
+        while len(self.workers) > self.max_workers:
+            worker, _ = self.workers.popitem(last=False)
+            self.host_of.pop(worker, None)
+        while len(self.hosts) > self.max_workers:
+            self.hosts.popitem(last=False)
+
+    def forget(self, worker: str) -> None:
+        """Drop a worker that left the cluster (its host's figures stay)."""
+        self.workers.pop(worker, None)
+        self.host_of.pop(worker, None)
+
+    # -- predictions --------------------------------------------------------------------------
+    def predict(self, worker: str, host: str | None = None) -> WorkerPrediction:
+        """The figures of ``worker``, or a prior when it was never seen.
+
+        Parameters
+        ----------
+        worker : str
+            The worker's address.
+        host : str, optional
+            Its host: the prior of a worker never seen is its host's figures.
+
+        Returns
+        -------
+        WorkerPrediction
+        """
+        tally = self.workers.get(worker)
+        if tally is None and host is not None:
+            tally = self.hosts.get(host)
+        if tally is None:
+            tally = self.cluster
+        return tally.predict(self.jobs, self._factor)
+
+    def host_correlation(self, host: str) -> float | None:
+        """P(another task of the same job on ``host`` is late | one is late).
+
+        Over jobs with at least two tasks on the host; compare with the host's ``p_late``
+        (independent stragglers give about that, stragglers that come together give more).
+        None when no such job had a late task.
+        """
+        tally = self.hosts.get(host)
+        if tally is None:
+            return None
+        tally.decay(self.jobs, self._factor)
+        return tally.pair_late / tally.pairs if tally.pairs > 0.0 else None
+
+    def sample(self, workers: Sequence[str], rng: np.random.Generator, size: int = 1) -> np.ndarray:
+        """Relative latencies drawn from the model: one column per worker.
+
+        Each worker's draws come from its recent relative latencies, weighted as in its
+        quantiles (a worker never seen: its host's, then the cluster's; 1 when nothing is
+        known). Workers are drawn independently of each other.
+
+        Parameters
+        ----------
+        workers : sequence of str
+            Worker addresses.
+        rng : numpy.random.Generator
+        size : int
+            Draws per worker.
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape ``(size, len(workers))``.
+        """
+        out = np.ones((size, len(workers)))
+        for k, worker in enumerate(workers):
+            tally = self.workers.get(worker)
+            if tally is None:
+                tally = self.hosts.get(self.host_of.get(worker, ""), self.cluster)
+            if not tally.samples:
+                continue
+            arr = np.array(tally.samples, dtype=float)
+            p = self._factor ** (self.jobs - arr[:, 0])
+            out[:, k] = rng.choice(arr[:, 1], size=size, p=p / p.sum())
+        return out
+
+    # -- read-out -------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-serialisable picture: settings, and the figures per worker, per host and
+        for the whole cluster (workers and hosts sorted by name)."""
+
+        def figures(tally: _Tally) -> dict[str, float]:
+            p = tally.predict(self.jobs, self._factor)
+            return {
+                "p_late": round(p.p_late, 4),
+                "q50": round(p.q50, 4),
+                "q90": round(p.q90, 4),
+                "q99": round(p.q99, 4),
+                "n_eff": round(p.n_eff, 3),
+            }
+
+        hosts = {}
+        for host in sorted(self.hosts):
+            corr = self.host_correlation(host)
+            hosts[host] = {
+                **figures(self.hosts[host]),
+                "p_late_given_late": None if corr is None else round(corr, 4),
+                "workers": sorted(w for w, h in self.host_of.items() if h == host),
+            }
+        return {
+            "late_factor": self.late_factor,
+            "half_life": self.half_life,
+            "jobs": self.jobs,
+            "cluster": figures(self.cluster),
+            "workers": {
+                w: {"host": self.host_of.get(w), **figures(self.workers[w])}
+                for w in sorted(self.workers)
+            },
+            "hosts": hosts,
+        }

@@ -1,0 +1,187 @@
+"""The straggler model: synthetic histories without a cluster, and one cluster run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dask_bacc.diagnostics.latency import (
+    NOTHING_KNOWN,
+    LatencyModel,
+    TaskObservation,
+)
+
+WORKERS = [f"tcp://10.0.0.{k}:1234" for k in range(8)]
+
+
+def host(w):
+    return w.split("//")[1].split(":")[0]
+
+
+def job(durations, finished=None):
+    """One observation per worker of WORKERS (or of the keys of a dict)."""
+    if isinstance(durations, dict):
+        items = list(durations.items())
+    else:
+        items = list(zip(WORKERS, durations, strict=False))
+    fin = finished or {}
+    return [TaskObservation(w, host(w), d, fin.get(w, True)) for w, d in items]
+
+
+def noisy(rng, slow=(), factor=3.0):
+    d = rng.lognormal(0.0, 0.1, len(WORKERS))
+    for k in slow:
+        d[k] *= factor
+    return d
+
+
+def test_a_worker_always_three_times_slower():
+    rng = np.random.default_rng(0)
+    model = LatencyModel()
+    for _ in range(20):
+        model.observe_job(job(noisy(rng, slow=[2])))
+    slow = model.predict(WORKERS[2])
+    assert slow.p_late > 0.95
+    assert 2.5 < slow.q50 < 3.5
+    others = [model.predict(w) for w in WORKERS if w != WORKERS[2]]
+    assert max(p.p_late for p in others) < 0.1
+    assert all(0.8 < p.q50 < 1.25 for p in others)
+    assert slow.n_eff > 3
+
+
+def test_becoming_slow_and_recovering_are_noticed_within_five_jobs():
+    rng = np.random.default_rng(1)
+    model = LatencyModel()
+    for _ in range(30):
+        model.observe_job(job(noisy(rng)))
+    assert model.predict(WORKERS[0]).p_late < 0.1
+    for _k in range(1, 6):
+        model.observe_job(job(noisy(rng, slow=[0])))
+        if model.predict(WORKERS[0]).p_late > 0.5:
+            break
+    assert model.predict(WORKERS[0]).p_late > 0.5, "not noticed within 5 jobs"
+    for _ in range(30):
+        model.observe_job(job(noisy(rng, slow=[0])))
+    for _k in range(1, 6):
+        model.observe_job(job(noisy(rng)))
+        if model.predict(WORKERS[0]).p_late < 0.5:
+            break
+    assert model.predict(WORKERS[0]).p_late < 0.5, "recovery not noticed within 5 jobs"
+
+
+def test_censored_tasks_past_the_threshold_count_as_late():
+    model = LatencyModel(late_factor=1.5)
+    for _ in range(5):
+        # worker 7 was cancelled after 2 s while the others took 1 s: at least 2x
+        model.observe_job(job([1.0] * 7 + [2.0], finished={WORKERS[7]: False}))
+    assert model.predict(WORKERS[7]).p_late == pytest.approx(1.0)
+    assert model.predict(WORKERS[7]).q50 == pytest.approx(2.0)
+    # cancelled before the threshold: unknown latency, not counted either way
+    fresh = LatencyModel(late_factor=1.5)
+    fresh.observe_job(job([1.0] * 7 + [1.2], finished={WORKERS[7]: False}))
+    assert fresh.predict(WORKERS[7]).n_eff == 0.0 or WORKERS[7] not in fresh.workers
+    # a job with no finished task teaches nothing
+    assert not fresh.observe_job(job([1.0] * 8, finished=dict.fromkeys(WORKERS, False)))
+
+
+def two_per_host():
+    return [f"tcp://h{k}:{p}" for k in range(4) for p in (1, 2)]
+
+
+def test_host_correlation():
+    rng = np.random.default_rng(2)
+    workers = two_per_host()
+    # a long memory: these are rates over many jobs, not a recent change
+    together, independent = LatencyModel(half_life=100), LatencyModel(half_life=100)
+    for _ in range(400):
+        # host h0: its two workers straggle together 30% of the time
+        d = dict(zip(workers, rng.lognormal(0, 0.05, 8), strict=True))
+        if rng.random() < 0.3:
+            d["tcp://h0:1"] *= 3
+            d["tcp://h0:2"] *= 3
+        together.observe_job(
+            [TaskObservation(w, w.split("//")[1].split(":")[0], x) for w, x in d.items()]
+        )
+        # independent: each straggles alone 30% of the time
+        d = dict(zip(workers, rng.lognormal(0, 0.05, 8), strict=True))
+        for w in ("tcp://h0:1", "tcp://h0:2"):
+            if rng.random() < 0.3:
+                d[w] *= 3
+        independent.observe_job(
+            [TaskObservation(w, w.split("//")[1].split(":")[0], x) for w, x in d.items()]
+        )
+    assert together.host_correlation("h0") > 0.9
+    base = independent.predict("tcp://h0:1", "h0").p_late
+    corr = independent.host_correlation("h0")
+    assert corr is not None and abs(corr - base) < 0.1
+    assert together.snapshot()["hosts"]["h0"]["p_late_given_late"] > 0.9
+    assert independent.host_correlation("h3") is None  # never a late task there
+
+
+def test_memory_is_bounded_under_churn():
+    model = LatencyModel(samples=16, max_workers=50)
+    for j in range(500):
+        model.observe_job(
+            [TaskObservation(f"tcp://w{j}-{k}:1", f"host{j}-{k}", 1.0 + k) for k in range(4)]
+        )
+    assert len(model.workers) <= 50 and len(model.hosts) <= 50
+    assert len(model.host_of) <= 50
+    assert all(len(t.samples) <= 16 for t in model.workers.values())
+    assert len(model.cluster.samples) <= 16
+    # the newest are kept
+    assert "tcp://w499-0:1" in model.workers
+
+
+def test_forget_keeps_the_host():
+    model = LatencyModel()
+    model.observe_job(job([1.0] * 7 + [3.0]))
+    model.forget(WORKERS[7])
+    assert WORKERS[7] not in model.workers
+    assert host(WORKERS[7]) in model.hosts
+    # an unseen worker on a known host gets the host's figures as prior
+    assert model.predict("tcp://new:1", host(WORKERS[7])).p_late == 1.0
+
+
+def test_prior_for_unseen_workers():
+    model = LatencyModel()
+    assert model.predict("tcp://nobody:1") == NOTHING_KNOWN
+    model.observe_job(job([1.0] * 6 + [3.0, 3.0]))
+    prior = model.predict("tcp://nobody:1")
+    assert prior.p_late == pytest.approx(0.25) and prior.n_eff == 8
+
+
+def test_snapshot_is_json_and_stable():
+    rng = np.random.default_rng(3)
+    model = LatencyModel()
+    for _ in range(10):
+        model.observe_job(job(noisy(rng, slow=[1])))
+    snap = model.snapshot()
+    text = json.dumps(snap, sort_keys=True)
+    assert json.dumps(model.snapshot(), sort_keys=True) == text
+    assert list(snap["workers"]) == sorted(WORKERS)
+    row = snap["workers"][WORKERS[1]]
+    assert set(row) == {"host", "p_late", "q50", "q90", "q99", "n_eff"}
+    assert row["host"] == host(WORKERS[1])
+    assert snap["hosts"][host(WORKERS[1])]["workers"] == [WORKERS[1]]
+
+
+def test_sampling_reproduces_the_quantiles():
+    rng = np.random.default_rng(4)
+    model = LatencyModel(samples=256)
+    for _ in range(40):
+        model.observe_job(job(noisy(rng, slow=[5], factor=3.0)))
+    draws = model.sample([*WORKERS, "tcp://unknown:1"], np.random.default_rng(5), size=4000)
+    assert draws.shape == (4000, 9)
+    for k in (0, 5):
+        p = model.predict(WORKERS[k])
+        assert np.quantile(draws[:, k], 0.5) == pytest.approx(p.q50, rel=0.1)
+        assert np.quantile(draws[:, k], 0.9) == pytest.approx(p.q90, rel=0.1)
+    again = model.sample(WORKERS, np.random.default_rng(5), size=4000)
+    assert np.array_equal(again, draws[:, :8])  # seeded: reproducible
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError):
+        LatencyModel(late_factor=1.0)
