@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
 import pytest
+from cluster_helpers import gen_cluster
+from distributed import Client
 
+import dask_bacc
+from dask_bacc import diagnostics
 from dask_bacc.diagnostics.latency import (
     NOTHING_KNOWN,
     LatencyModel,
     TaskObservation,
 )
+from dask_bacc.testing import gate_stragglers
 
 WORKERS = [f"tcp://10.0.0.{k}:1234" for k in range(8)]
 
@@ -185,3 +191,41 @@ def test_sampling_reproduces_the_quantiles():
 def test_settings_are_checked():
     with pytest.raises(ValueError):
         LatencyModel(late_factor=1.0)
+
+
+# -- one cluster run: behaviour, not speed --------------------------------------------------
+
+
+async def closed_jobs(s, n):
+    """Wait until the scheduler plugin has closed ``n`` jobs."""
+    from dask_bacc.diagnostics import PLUGIN_NAME
+
+    while s.plugins.get(PLUGIN_NAME) is None or s.plugins[PLUGIN_NAME].model.jobs < n:
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_a_gated_worker_shows_up_as_late_and_the_model_outlives_its_client(c, s, *workers):
+    X = np.random.default_rng(0).standard_normal((8, 2))
+    slow = workers[0]
+    async with gate_stragglers(workers=[str(slow.name)], client=c):
+        for n in range(1, 5):
+            job = await dask_bacc.submit_coded(
+                np.tanh, X, n_blocks=2, n_coded=4, wait=3, code="berrut", client=c
+            )
+            await job
+            await closed_jobs(s, n)
+    stats = await diagnostics.get_stats(c)
+    rows = stats["workers"]["workers"]
+    assert set(rows) == {w.address for w in workers}
+    others = [rows[w.address]["p_late"] for w in workers[1:]]
+    assert rows[slow.address]["p_late"] > max(others)
+    assert rows[slow.address]["p_late"] > 0.5
+    assert rows[slow.address]["host"] == "127.0.0.1"
+    # the model lives on the scheduler: a new client sees what the earlier one built
+    await c.close()
+    async with Client(s.address, asynchronous=True) as c2:
+        again = await diagnostics.get_stats(c2)
+    assert again["workers"]["jobs"] == 4
+    assert again["workers"]["workers"][slow.address]["p_late"] == rows[slow.address]["p_late"]

@@ -18,11 +18,13 @@ from collections import Counter, OrderedDict
 from typing import Any
 
 from distributed import SchedulerPlugin
+from distributed.comm import get_address_host
 from distributed.metrics import time
 
 from .. import config
 from ..codes.registry import code_label
 from ..runtime.keys import parse as parse_key
+from .latency import LatencyModel, TaskObservation
 
 __all__ = ["HANDLER", "PLUGIN_NAME", "BaccDiagnostics", "current_plugin"]
 
@@ -341,6 +343,8 @@ class BaccDiagnostics(SchedulerPlugin):
         self.tasks_total: Counter[str] = Counter()
         self.decode_hist = _Histogram(DECODE_BUCKETS)
         self.straggler_hist = _Histogram(STRAGGLER_BUCKETS)
+        #: the straggler model (``bacc.diagnostics.model``), built on the scheduler
+        self.model: LatencyModel | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # only the settings travel (client -> scheduler); state is built there
@@ -358,6 +362,13 @@ class BaccDiagnostics(SchedulerPlugin):
         self.started_at = time()
         if self.history is None:
             self.history = int(config.get("diagnostics.history"))
+        if config.get("diagnostics.model.enabled"):
+            self.model = LatencyModel(
+                late_factor=float(config.get("diagnostics.model.late-factor")),
+                half_life=float(config.get("diagnostics.model.half-life")),
+                samples=int(config.get("diagnostics.model.samples")),
+                max_workers=int(config.get("diagnostics.model.max-workers")),
+            )
         scheduler.handlers[HANDLER] = self.handle_job
         # the same on the clients' batched streams: ordered with their update-graph messages
         scheduler.stream_handlers[HANDLER] = self._stream_job
@@ -581,7 +592,40 @@ class BaccDiagnostics(SchedulerPlugin):
         if seconds is not None and job.outcome == "decoded":
             self.decode_hist.observe(seconds)
         self.straggler_hist.observe(len(job.straggled()))
+        if self.model is not None:
+            self.model.observe_job(self._observations(job, now))
         self._trim()
+
+    def _observations(self, job: JobStats, now: float) -> list[TaskObservation]:
+        """The job's eval tasks as the straggler model sees them: returned ones finished,
+        dropped or still running ones censored at their elapsed time; failed ones and
+        those never sent to a worker are no latencies."""
+        rnd = job.decode_round()
+        used, dropped = job._used(rnd), job.dropped()
+        workers = self.scheduler.workers if self.scheduler is not None else {}
+        out = []
+        for t in job.tasks.values():
+            if t.kind != "eval" or t.worker is None or t.dispatched is None:
+                continue
+            outcome = job.outcome_of(t, rnd, used, dropped)
+            if outcome in ("failed", "pending"):
+                continue
+            returned = t.outcome == "landed" and t.ended is not None
+            end = t.ended if t.ended is not None else now
+            ws = workers.get(t.worker)
+            out.append(
+                TaskObservation(
+                    worker=t.worker,
+                    host=ws.host if ws is not None else _host(t.worker),
+                    duration=end - t.dispatched,
+                    finished=returned,
+                )
+            )
+        return out
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        if self.model is not None:
+            self.model.forget(worker)
 
     def sweep(self, now: float | None = None) -> None:
         """Close jobs whose client's word or last task release never came (lost message)."""
@@ -625,7 +669,17 @@ class BaccDiagnostics(SchedulerPlugin):
                 "tasks": dict(self.tasks_total),
                 "running": sum(1 for j in self.jobs.values() if j.closed is None),
             },
+            # the straggler model: per worker, per host and the cluster (None when off)
+            "workers": None if self.model is None else self.model.snapshot(),
         }
+
+
+def _host(address: str) -> str:
+    """The host part of a worker's address (the worker is gone from the scheduler)."""
+    try:
+        return str(get_address_host(address))
+    except ValueError:
+        return address
 
 
 class _Histogram:
