@@ -621,3 +621,28 @@ def test_the_jobs_of_one_notebook_cell_share_one_progress_bar(monkeypatch, capsy
     assert later.bar.disable
     err = capsys.readouterr().err
     assert "decoded=" in err
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_the_page_has_a_per_worker_table_of_the_straggler_model(c, s, *workers):
+    from dask_bacc.diagnostics.dashboard import BaccPage
+
+    page = BaccPage(s)
+    page.update()
+    assert page.worker_table.source is page.workers and page.workers.data["worker"] == []
+    job = await dask_bacc.submit_coded(
+        np.tanh, np.ones((8, 2)), n_blocks=2, n_coded=4, wait=4, code="berrut", client=c
+    )  # wait=4: every worker's task returns (none cut short, its latency unknown)
+    await job
+    await closed_job(s, job.token)
+    page.update()
+    data = page.workers.data
+    assert sorted(data["worker"]) == sorted(w.address for w in workers)
+    assert set(data) == {"worker", "host", "p_late", "q50", "q90", "q99", "n"}
+    assert all(h == "127.0.0.1" for h in data["host"])
+    assert all(0.0 <= p <= 1.0 for p in data["p_late"])
+    assert "From 1 job(s)" in page.model_title.text
+    # and /bacc/stats.json has the same figures
+    stats = await diagnostics.get_stats(c)
+    assert set(stats["workers"]["workers"]) == set(data["worker"])

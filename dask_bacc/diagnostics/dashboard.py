@@ -4,7 +4,8 @@ A Bokeh document served by the scheduler (see :mod:`dask_bacc.diagnostics.http`)
 table lists the jobs newest first; selecting a row shows that job's coded tasks on a
 timeline (seconds since the scheduler first saw the job): one bar per coded task from
 when it was sent to its worker until it returned, failed or was cancelled, coloured by
-what became of it, and a dashed line at the moment the decode finished.
+what became of it, and a dashed line at the moment the decode finished. Below, the
+straggler model per worker (:class:`~dask_bacc.diagnostics.latency.LatencyModel`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ _TABLE_FIELDS = (
     "error_estimate",
     "status",
 )
+#: the per-worker table of the straggler model
+_WORKER_FIELDS = ("worker", "host", "p_late", "q50", "q90", "q99", "n")
 _TASK_FIELDS = (
     "y",
     "left",
@@ -171,8 +174,32 @@ class BaccPage:
         fig.add_layout(self.decode_line)
         fig.add_layout(self.decode_label)
         self.timeline = fig
+        self.model_title = Div(text="<h3>Stragglers by worker</h3>", sizing_mode="stretch_width")
+        self.workers = ColumnDataSource({f: [] for f in _WORKER_FIELDS})
+        ratio = NumberFormatter(format="0.00")
+        self.worker_table = DataTable(
+            source=self.workers,
+            columns=[
+                TableColumn(field="worker", title="worker", width=200),
+                TableColumn(field="host", title="host", width=120),
+                TableColumn(field="p_late", title="P(late)", width=70, formatter=ratio),
+                TableColumn(field="q50", title="q50", width=60, formatter=ratio),
+                TableColumn(field="q90", title="q90", width=60, formatter=ratio),
+                TableColumn(field="q99", title="q99", width=60, formatter=ratio),
+                TableColumn(field="n", title="n (effective)", width=90, formatter=ratio),
+            ],
+            index_position=None,
+            height=56,
+            sizing_mode="stretch_width",
+        )
         self.root = column(
-            self.title, self.summary, self.table, self.timeline, sizing_mode="stretch_width"
+            self.title,
+            self.summary,
+            self.table,
+            self.timeline,
+            self.model_title,
+            self.worker_table,
+            sizing_mode="stretch_width",
         )
 
     def _plugin(self) -> Any:
@@ -236,6 +263,30 @@ class BaccPage:
             "JSON: <a href='bacc/stats.json'>bacc/stats.json</a></p>"
         )
         self._draw_timeline(plugin)
+        self._draw_workers(stats["workers"])
+
+    def _draw_workers(self, snapshot: dict[str, Any] | None) -> None:
+        """The straggler model's per-worker table, slowest first (latencies relative to
+        each job's median task)."""
+        cols: dict[str, list] = {f: [] for f in _WORKER_FIELDS}
+        if snapshot is None:
+            self.model_title.text = "<h3>Stragglers by worker</h3><p>The model is off.</p>"
+        else:
+            self.model_title.text = (
+                "<h3>Stragglers by worker</h3>"
+                f"<p>From {snapshot['jobs']} job(s); late: over {snapshot['late_factor']:g}"
+                f" times the job's median task, half-life {snapshot['half_life']:g} job(s)."
+                "</p>"
+            )
+            rows = sorted(snapshot["workers"].items(), key=lambda kv: -kv[1]["p_late"])
+            for worker, r in rows:
+                cols["worker"].append(worker)
+                cols["host"].append(r["host"] or "")
+                for f in ("p_late", "q50", "q90", "q99"):
+                    cols[f].append(r[f])
+                cols["n"].append(r["n_eff"])
+        self.workers.data = cols  # type: ignore[assignment]  # (as self.jobs.data)
+        self.worker_table.height = 30 + 26 * max(1, min(len(cols["worker"]), 16))
 
     def _draw_timeline(self, plugin: Any) -> None:
         detail = plugin.stats(self.selected) if self.selected is not None else None
