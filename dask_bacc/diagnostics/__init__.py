@@ -12,13 +12,17 @@
   existing ``/metrics``;
 - ``map_coded(..., progress=True)``: a tqdm progress bar of results landed against
   results needed (``bacc.progress``; default on in interactive sessions);
-- every job's tasks are grouped under a ``distributed.span`` named ``("bacc", func)``.
+- every job's tasks are grouped under a ``distributed.span`` named ``("bacc", func)``;
+- :class:`LatencyModel`, the straggler model the plugin learns per worker and per host
+  from every closed coded job (``bacc.diagnostics.model``), shown on ``/bacc`` and under
+  ``"workers"`` in ``/bacc/stats.json``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .latency import LatencyModel, TaskObservation, WorkerPrediction
 from .monitor import JobMonitor, register, start_job
 from .plugin import HANDLER, PLUGIN_NAME, BaccDiagnostics
 from .progress import interactive, want_progress
@@ -28,6 +32,9 @@ __all__ = [
     "PLUGIN_NAME",
     "BaccDiagnostics",
     "JobMonitor",
+    "LatencyModel",
+    "TaskObservation",
+    "WorkerPrediction",
     "dask_setup",
     "get_stats",
     "interactive",

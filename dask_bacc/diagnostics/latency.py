@@ -147,8 +147,8 @@ class LatencyModel:
     Notes
     -----
     :meth:`predict` of a worker never seen falls back on its host's figures when the host
-    is given and known, then on the whole cluster's, then on :data:`NOTHING_KNOWN`
-    (``p_late=0``, every quantile 1, ``n_eff=0``).
+    is given and known, then on the whole cluster's, and when nothing at all is known on
+    ``p_late=0``, every quantile 1 and ``n_eff=0``.
     """
 
     def __init__(
