@@ -229,3 +229,15 @@ async def test_a_gated_worker_shows_up_as_late_and_the_model_outlives_its_client
         again = await diagnostics.get_stats(c2)
     assert again["workers"]["jobs"] == 4
     assert again["workers"]["workers"][slow.address]["p_late"] == rows[slow.address]["p_late"]
+
+
+def test_the_snapshot_is_redrawn_only_after_a_change():
+    model = LatencyModel()
+    model.observe_job(job([1.0] * 8))
+    first = model.snapshot()
+    assert model.snapshot() is first
+    model.observe_job(job([1.0] * 7 + [3.0]))
+    second = model.snapshot()
+    assert second is not first and second["jobs"] == 2
+    model.forget(WORKERS[7])
+    assert WORKERS[7] not in model.snapshot()["workers"]

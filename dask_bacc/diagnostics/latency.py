@@ -170,6 +170,9 @@ class LatencyModel:
         self.workers: OrderedDict[str, _Tally] = OrderedDict()  # least recently seen first
         self.hosts: OrderedDict[str, _Tally] = OrderedDict()
         self.host_of: dict[str, str] = {}
+        # the last snapshot, until a job or a departure changes the model: the dashboard
+        # asks for it every half second, and a cluster of many workers makes it dear
+        self._snapshot: dict[str, Any] | None = None
 
     # -- learning ---------------------------------------------------------------------------
     def observe_job(self, tasks: Iterable[TaskObservation]) -> bool:
@@ -191,6 +194,7 @@ class LatencyModel:
             return False
         median = max(float(np.median(finished)), _TINY)
         self.jobs += 1
+        self._snapshot = None
         job, factor, threshold = self.jobs, self._factor, self.late_factor
         self.cluster.decay(job, factor)
         per_host: dict[str, list[int]] = {}  # host -> [tasks, late]
@@ -238,6 +242,7 @@ class LatencyModel:
 
     def forget(self, worker: str) -> None:
         """Drop a worker that left the cluster (its host's figures stay)."""
+        self._snapshot = None
         self.workers.pop(worker, None)
         self.host_of.pop(worker, None)
 
@@ -311,7 +316,16 @@ class LatencyModel:
     # -- read-out -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """A JSON-serialisable picture: settings, and the figures per worker, per host and
-        for the whole cluster (workers and hosts sorted by name)."""
+        for the whole cluster (workers and hosts sorted by name).
+
+        The same object until the model learns or forgets something: read it, do not
+        modify it.
+        """
+        if self._snapshot is None:
+            self._snapshot = self._make_snapshot()
+        return self._snapshot
+
+    def _make_snapshot(self) -> dict[str, Any]:
 
         def figures(tally: _Tally) -> dict[str, float]:
             p = tally.predict(self.jobs, self._factor)
