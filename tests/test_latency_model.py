@@ -241,3 +241,39 @@ def test_the_snapshot_is_redrawn_only_after_a_change():
     assert second is not first and second["jobs"] == 2
     model.forget(WORKERS[7])
     assert WORKERS[7] not in model.snapshot()["workers"]
+
+
+def test_the_plugin_turns_a_closed_job_into_observations():
+    """Returned tasks are finished, dropped stragglers censored at their elapsed time,
+    failed and never-dispatched tasks left out; a gone worker's host is its address's."""
+    from dask_bacc.diagnostics.plugin import BaccDiagnostics, JobStats, TaskTrack
+
+    plugin = BaccDiagnostics(history=10)
+    plugin.model = LatencyModel()
+    job = JobStats("tok", 0.0)
+    job.K, job.N, job.needed = 2, 5, 3
+    specs = [  # worker, outcome, dispatched, ended
+        ("tcp://10.0.0.1:1", "landed", 0.0, 1.0),
+        ("tcp://10.0.0.2:1", "landed", 0.0, 1.0),
+        ("tcp://10.0.0.3:1", "landed", 0.0, 1.0),
+        ("tcp://10.0.0.4:1", "running", 0.0, None),  # dropped, still running
+        ("tcp://10.0.0.5:1", "failed", 0.0, 0.5),
+        ("tcp://10.0.0.6:1", "pending", None, None),
+    ]
+    for i, (worker, outcome, dispatched, ended) in enumerate(specs):
+        t = job.tasks[i] = TaskTrack(i, "eval", 0.0)
+        t.worker, t.outcome, t.dispatched, t.ended = worker, outcome, dispatched, ended
+    job.report = {"status": "finished", "returned": [0, 1, 2], "straggled": [3], "failed": {4: "x"}}
+    plugin.jobs["tok"] = job
+    obs = plugin._observations(job, now=4.0)
+    assert [(o.worker, o.host, o.duration, o.finished) for o in obs] == [
+        ("tcp://10.0.0.1:1", "10.0.0.1", 1.0, True),
+        ("tcp://10.0.0.2:1", "10.0.0.2", 1.0, True),
+        ("tcp://10.0.0.3:1", "10.0.0.3", 1.0, True),
+        ("tcp://10.0.0.4:1", "10.0.0.4", 4.0, False),
+    ]
+    plugin._close(job, 4.0)
+    rows = plugin.stats()["workers"]["workers"]
+    assert rows["tcp://10.0.0.4:1"]["p_late"] == 1.0 and rows["tcp://10.0.0.1:1"]["p_late"] == 0.0
+    plugin.remove_worker(None, "tcp://10.0.0.4:1", stimulus_id="test")
+    assert "tcp://10.0.0.4:1" not in plugin.stats()["workers"]["workers"]
