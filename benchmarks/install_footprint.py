@@ -58,9 +58,7 @@ def import_seconds(venv: Path) -> float:
     t = time.perf_counter()
     # from the venv's folder: ``python -c`` puts the working directory first on sys.path,
     # and a checkout's dask_bacc there would shadow the installed one
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import dask_bacc"], check=True, cwd=venv
-    )
+    subprocess.run([str(venv / "bin" / "python"), "-c", "import dask_bacc"], check=True, cwd=venv)
     return time.perf_counter() - t
 
 
