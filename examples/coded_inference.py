@@ -58,6 +58,9 @@ from typing import Any
 
 import numpy as np
 
+from dask_bacc.bench.report import OUTPUT_ROOT
+from dask_bacc.bench.report import output_dir as _output_dir
+
 CODES: tuple[str, ...] = ("berrut", "systematic-berrut", "repetition")
 CLASSIFIERS: tuple[str, ...] = ("logreg", "mlp")
 PATTERNS: tuple[str, ...] = ("random", "adjacent", "worst")
@@ -478,28 +481,9 @@ def plot(result: dict[str, Any], out_dir: str) -> list[str]:
     return paths
 
 
-OUTPUT_ROOT = "dask-bacc-output"
-
-
-def output_dir(out: str | None, script: str = "coded_inference") -> str:
-    """The folder to write to, created: ``out`` if given, else a new folder
-    ``./dask-bacc-output/<script>-<YYYYmmdd-HHMMSS>/`` under the current directory.
-
-    The default never lands on a tracked file: the figures in docs/iterative are only
-    rewritten by an explicit ``--out docs/iterative``.
-    """
-    if out is not None:
-        os.makedirs(out, exist_ok=True)
-        return out
-    base = os.path.join(OUTPUT_ROOT, f"{script}-{time.strftime('%Y%m%d-%H%M%S')}")
-    path, n = base, 1
-    while True:
-        try:
-            os.makedirs(path)
-            return path
-        except FileExistsError:  # another run in the same second
-            n += 1
-            path = f"{base}-{n}"
+def output_dir(out: str | None) -> str:
+    """``--out``, else a new ``./dask-bacc-output/coded_inference-<date>-<time>/`` (created)."""
+    return _output_dir(out, "coded_inference")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,38 @@ import numpy as np
 
 from .harness import APPROXIMATE, STRATEGIES, BenchResult
 
-__all__ = ["markdown_report", "write_json", "write_outputs", "write_plots"]
+__all__ = [
+    "OUTPUT_ROOT",
+    "markdown_report",
+    "output_dir",
+    "write_json",
+    "write_outputs",
+    "write_plots",
+]
+
+#: Where scripts write by default: ``./dask-bacc-output/<script>-<YYYYmmdd-HHMMSS>/``
+OUTPUT_ROOT = "dask-bacc-output"
+
+
+def output_dir(out: str | None, script: str) -> str:
+    """The folder to write to, created: ``out`` if given, else a new folder
+    ``./dask-bacc-output/<script>-<YYYYmmdd-HHMMSS>/`` under the current directory.
+
+    The default never lands on a tracked file: the figures in docs/iterative are only
+    rewritten by an explicit ``--out docs/iterative``.
+    """
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        return out
+    base = os.path.join(OUTPUT_ROOT, f"{script}-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:  # another run in the same second
+            n += 1
+            path = f"{base}-{n}"
 
 #: Columns of the main table (tests check them).
 TABLE_COLUMNS = (
