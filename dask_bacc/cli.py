@@ -3,7 +3,7 @@
 Each subcommand lives next to the code it drives and is imported only when it runs, so
 ``dask --help`` and the other ``dask`` commands never import the benchmark harness.
 ``dask bacc bench`` needs the ``[bench]`` extra (matplotlib, scikit-learn); without it,
-the command says what to install.
+the command says what to install (:mod:`dask_bacc.bench.cli`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ import importlib
 
 import click
 
-#: subcommand -> (module, attribute, extra whose packages it needs, or None)
-_COMMANDS: dict[str, tuple[str, str, str | None]] = {
-    "bench": ("dask_bacc.bench.cli", "bench", "bench"),
-    "demo": ("dask_bacc.bench.demo", "demo", None),
+#: subcommand -> (module, attribute), imported when the subcommand runs
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("dask_bacc.bench.cli", "bench"),
+    "demo": ("dask_bacc.bench.demo", "demo"),
 }
-#: packages of the ``[bench]`` extra that ``dask bacc bench`` needs to make its outputs
-BENCH_PACKAGES = ("matplotlib", "sklearn")
 
 
 class _LazyGroup(click.Group):
@@ -30,36 +28,9 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in _COMMANDS:
             return super().get_command(ctx, cmd_name)
-        module, attr, extra = _COMMANDS[cmd_name]
+        module, attr = _COMMANDS[cmd_name]
         command: click.Command = getattr(importlib.import_module(module), attr)
-        if extra is not None and not getattr(command, "_bacc_checked", False):
-            _needs_extra(command, extra)
         return command
-
-
-def missing_packages() -> list[str]:
-    """The packages of the ``[bench]`` extra (:data:`BENCH_PACKAGES`) not installed here."""
-    from importlib.util import find_spec
-
-    return [name for name in BENCH_PACKAGES if find_spec(name) is None]
-
-
-def _needs_extra(command: click.Command, extra: str) -> None:
-    """Make ``command`` stop with an install hint when its extra's packages are missing."""
-    callback = command.callback
-    assert callback is not None
-
-    def checked(*args: object, **kwargs: object) -> object:
-        missing = missing_packages()
-        if missing:
-            raise click.ClickException(
-                f"`dask bacc {command.name}` needs {', '.join(missing)}, which the "
-                f"[{extra}] extra installs: pip install 'dask-bacc[{extra}]'"
-            )
-        return callback(*args, **kwargs)
-
-    command.callback = checked
-    command._bacc_checked = True  # type: ignore[attr-defined]
 
 
 @click.group(name="bacc", cls=_LazyGroup)

@@ -12,6 +12,17 @@ from .harness import STRAGGLER_KINDS, STRATEGIES, TASK_FUNCS, BenchConfig, Strag
 __all__ = ["bench"]
 
 
+#: packages of the ``[bench]`` extra that ``dask bacc bench`` needs (plots, workloads)
+BENCH_PACKAGES = ("matplotlib", "sklearn")
+
+
+def missing_packages() -> list[str]:
+    """The packages of :data:`BENCH_PACKAGES` not installed here."""
+    from importlib.util import find_spec
+
+    return [name for name in BENCH_PACKAGES if find_spec(name) is None]
+
+
 def _ints(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[int, ...]:
     """``--K 8 --K 16`` or ``--K 8,16`` -> (8, 16)."""
     out: list[int] = []
@@ -283,6 +294,12 @@ def bench(
     The defaults are the reference bench: K=16, N=32, 32 in-process workers, base task
     0.2 s, each task 10x slower with probability 0.1, 30 jobs.
     """
+    missing = missing_packages()
+    if missing:
+        raise click.ClickException(
+            f"`dask bacc bench` needs {', '.join(missing)}, which the [bench] extra "
+            "installs: pip install 'dask-bacc[bench]'"
+        )
     if compare:
         return _compare(seed, out, progress)
     if accuracy:
