@@ -84,12 +84,34 @@ def test_censored_tasks_past_the_threshold_count_as_late():
         model.observe_job(job([1.0] * 7 + [2.0], finished={WORKERS[7]: False}))
     assert model.predict(WORKERS[7]).p_late == pytest.approx(1.0)
     assert model.predict(WORKERS[7]).q50 == pytest.approx(2.0)
-    # cancelled before the threshold: unknown latency, not counted either way
+    # cancelled before the threshold: late with the probability that a task still running
+    # then is late, p / (p + (1 - p) s(1.2)); knowing nothing, p = s = 1/2
     fresh = LatencyModel(late_factor=1.5)
     fresh.observe_job(job([1.0] * 7 + [1.2], finished={WORKERS[7]: False}))
-    assert fresh.predict(WORKERS[7]).n_eff == 0.0 or WORKERS[7] not in fresh.workers
+    cut = fresh.predict(WORKERS[7])
+    assert cut.p_late == pytest.approx(2 / 3) and cut.n_eff == 1.0
+    assert cut.q50 == 1.0  # a lower bound below the threshold is no quantile sample
     # a job with no finished task teaches nothing
     assert not fresh.observe_job(job([1.0] * 8, finished=dict.fromkeys(WORKERS, False)))
+
+
+def test_tasks_cut_short_are_credited_by_how_the_cluster_behaved():
+    """A first-k decode cuts the slowest tasks short before they are late: in a quiet
+    cluster they are on-time tasks, in a straggly one mostly stragglers."""
+    rng = np.random.default_rng(9)
+    quiet, straggly = LatencyModel(), LatencyModel()
+    for _ in range(20):
+        quiet.observe_job(job(noisy(rng)))
+        straggly.observe_job(job(noisy(rng, slow=rng.choice(8, 3, replace=False), factor=4)))
+    for model in (quiet, straggly):
+        d = noisy(rng)
+        d[7] = 1.3 * np.median(d[:7])
+        model.observe_job(job(d, finished={WORKERS[7]: False}))
+    # on-time tasks above 1.3x the median are about as rare as stragglers in the quiet
+    # cluster, so the credit stays small; in the straggly one it is nearly a straggler
+    assert quiet.predict(WORKERS[7]).p_late < 0.1
+    assert straggly.predict(WORKERS[7]).p_late > 0.3
+    assert straggly.predict(WORKERS[7]).p_late > quiet.predict(WORKERS[7]).p_late + 0.25
 
 
 def two_per_host():

@@ -8,8 +8,12 @@ the median duration of the job's finished tasks, so a job of slow tasks does not
 every worker look slow. A task is *late* when its relative latency exceeds
 ``late_factor``. A task cancelled or still running when its job ended is right-censored
 (it took at least its elapsed time): once that elapsed time is past the threshold it
-counts as late and enters the quantiles at that lower bound; before, it is left out (its
-latency is unknown, and counting it as on time would understate stragglers).
+counts as late and enters the quantiles at that lower bound. Before, its latency is
+unknown: it counts as late with the probability that a task still running at that
+relative latency is late (from the worker's rate of lateness and how rarely on-time tasks
+run that long), and stays out of the quantiles. Leaving such tasks out would make a
+cluster whose jobs decode early look free of stragglers: most of what a first-k decode
+cuts short are stragglers.
 
 Forgetting is exponential in jobs: an observation ``k`` jobs old weighs
 ``0.5 ** (k / half_life)``, so a worker that becomes slow, or recovers, crosses
@@ -93,7 +97,8 @@ class _Tally:
         # late, and those with j late too
         self.pairs = 0.0
         self.pair_late = 0.0
-        self.samples: deque[tuple[int, float]] = deque(maxlen=samples)  # (job, relative)
+        # (job, relative latency, late)
+        self.samples: deque[tuple[int, float, bool]] = deque(maxlen=samples)
 
     def decay(self, job: int, factor: float) -> None:
         if job != self.at:
@@ -107,12 +112,30 @@ class _Tally:
     def add(self, job: int, rel: float, late: bool) -> None:
         self.n += 1.0
         self.late += late
-        self.samples.append((job, rel))
+        self.samples.append((job, rel, late))
+
+    def add_censored(self, credit: float) -> None:
+        """A task cut short before the threshold: late with probability ``credit``."""
+        self.n += 1.0
+        self.late += credit
+
+    def rate(self, prior: float) -> float:
+        """P(late) shrunk towards ``prior`` by one observation: a worker seen rarely, or
+        long ago, drifts back to the prior and is tried again."""
+        return (self.late + prior) / (self.n + 1.0)
+
+    def pool(self, job: int, factor: float, late: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The relative latencies of the on-time (or late) samples and their weights."""
+        rows = [(j, r) for j, r, lt in self.samples if lt == late]
+        if not rows:
+            return np.empty(0), np.empty(0)
+        arr = np.array(rows, dtype=float)
+        return arr[:, 1], factor ** (job - arr[:, 0])
 
     def quantiles(self, job: int, factor: float) -> tuple[float, float, float]:
         if not self.samples:
             return (1.0, 1.0, 1.0)
-        arr = np.array(self.samples, dtype=float)
+        arr = np.array([(j, r) for j, r, _ in self.samples], dtype=float)
         order = np.argsort(arr[:, 1])
         values = arr[order, 1]
         cum = np.cumsum(factor ** (job - arr[order, 0]))
@@ -127,6 +150,15 @@ class _Tally:
             return NOTHING_KNOWN
         q50, q90, q99 = self.quantiles(job, factor)
         return WorkerPrediction(self.late / self.n, q50, q90, q99, self.n)
+
+
+def _draw(
+    rng: np.random.Generator, pool: tuple[np.ndarray, np.ndarray], n: int, empty: float
+) -> np.ndarray:
+    values, weights = pool
+    if not len(values):
+        return np.full(n, empty)
+    return rng.choice(values, size=n, p=weights / weights.sum())
 
 
 class LatencyModel:
@@ -198,12 +230,13 @@ class LatencyModel:
         job, factor, threshold = self.jobs, self._factor, self.late_factor
         self.cluster.decay(job, factor)
         per_host: dict[str, list[int]] = {}  # host -> [tasks, late]
-        for t in tasks:
+        ontime = self.cluster.pool(job, factor, late=False)  # before this job's tasks
+        # tasks cut short first: their credit comes from the model before this job
+        for t in sorted(tasks, key=lambda t: t.finished or t.duration / median > threshold):
             rel = t.duration / median
             late = rel > threshold  # a censored task: at least rel, so late when past it
             if not t.finished and not late:
-                # censored below the threshold: its latency is unknown, only bounded
-                # below; counting it as on time would bias p_late down, so it is skipped
+                self._censored(t, rel, ontime)
                 continue
             w = self._tally(self.workers, t.worker)
             w.decay(job, factor)
@@ -223,6 +256,37 @@ class LatencyModel:
                 h.pair_late += n_late * (n_late - 1)
         self._trim()
         return True
+
+    def _censored(
+        self, t: TaskObservation, rel: float, ontime: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        """Credit a task cut short at ``rel`` below the threshold as late with probability
+        ``p / (p + (1 - p) s(rel))``: p its worker's rate of lateness, s(rel) the share of
+        on-time tasks that run longer than ``rel`` (Bayes' rule on "still running")."""
+        values, weights = ontime
+        # shrunk by half a task: never 0, however few on-time tasks were seen
+        s = (float(weights[values > rel].sum()) + 0.5) / (float(weights.sum()) + 1.0)
+        p = self._rate(t.worker, t.host)
+        credit = p / (p + (1.0 - p) * s)
+        self.host_of[t.worker] = t.host
+        for tally in (
+            self._tally(self.workers, t.worker),
+            self._tally(self.hosts, t.host),
+            self.cluster,
+        ):
+            tally.decay(self.jobs, self._factor)
+            tally.add_censored(credit)
+
+    def _rate(self, worker: str, host: str | None) -> float:
+        """The shrunk P(late) of a worker (its host's, then the cluster's, as prior)."""
+        c = self.cluster
+        c.decay(self.jobs, self._factor)
+        prior = c.late / c.n if c.n > 0 else 0.5
+        for tally in (self.hosts.get(host) if host else None, self.workers.get(worker)):
+            if tally is not None:
+                tally.decay(self.jobs, self._factor)
+                prior = tally.rate(prior)
+        return prior
 
     def _tally(self, table: OrderedDict[str, _Tally], key: str) -> _Tally:
         tally = table.get(key)
@@ -284,9 +348,14 @@ class LatencyModel:
     def sample(self, workers: Sequence[str], rng: np.random.Generator, size: int = 1) -> np.ndarray:
         """Relative latencies drawn from the model: one column per worker.
 
-        Each worker's draws come from its recent relative latencies, weighted as in its
-        quantiles (a worker never seen: its host's, then the cluster's; 1 when nothing is
-        known). Workers are drawn independently of each other.
+        Each draw is late with the worker's probability of lateness, shrunk towards its
+        host's and the cluster's by one observation (a worker seen rarely or long ago is
+        drawn much like the others, so a planner tries it again). An on-time draw comes
+        from the worker's recent on-time latencies (the cluster's while it has fewer than
+        4), a late one from its late latencies (its host's, then the cluster's when it has
+        none; ``late_factor`` when no task was ever late). Samples weigh as in the
+        quantiles. Workers are drawn independently of each other; a late latency of a task
+        cut short is its lower bound.
 
         Parameters
         ----------
@@ -299,18 +368,31 @@ class LatencyModel:
         Returns
         -------
         numpy.ndarray
-            Shape ``(size, len(workers))``.
+            Shape ``(size, len(workers))``; all 1 while the model knows nothing.
         """
         out = np.ones((size, len(workers)))
+        if self.jobs == 0:
+            return out
+        job, factor = self.jobs, self._factor
+        cluster_on = self.cluster.pool(job, factor, late=False)
+        cluster_late = self.cluster.pool(job, factor, late=True)
         for k, worker in enumerate(workers):
-            tally = self.workers.get(worker)
-            if tally is None:
-                tally = self.hosts.get(self.host_of.get(worker, ""), self.cluster)
-            if not tally.samples:
-                continue
-            arr = np.array(tally.samples, dtype=float)
-            p = self._factor ** (self.jobs - arr[:, 0])
-            out[:, k] = rng.choice(arr[:, 1], size=size, p=p / p.sum())
+            host = self.host_of.get(worker)
+            w, h = self.workers.get(worker), self.hosts.get(host or "")
+            on = w.pool(job, factor, late=False) if w is not None else cluster_on
+            if len(on[0]) < 4:
+                on = cluster_on
+            late = next(
+                (
+                    pool
+                    for t in (w, h)
+                    if t is not None and len((pool := t.pool(job, factor, True))[0])
+                ),
+                cluster_late,
+            )
+            is_late = rng.random(size) < self._rate(worker, host)
+            out[:, k] = _draw(rng, on, size, 1.0)
+            out[is_late, k] = _draw(rng, late, int(is_late.sum()), self.late_factor)
         return out
 
     # -- read-out -------------------------------------------------------------------------------

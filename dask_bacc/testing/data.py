@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from ..codes.predict import smooth_signal
+
 __all__ = ["smooth_blocks"]
 
 
@@ -31,9 +33,4 @@ def smooth_blocks(K: int, rows: int, cols: int, rng: np.random.Generator) -> NDA
         Shape ``(K, rows, cols)``: block j is ``out[j]``; ``out.reshape(K * rows, cols)``
         is the whole signal.
     """
-    t = np.linspace(0.0, 1.0, K * rows)
-    freq = rng.uniform(0.5, 2.0, cols)
-    phase = rng.uniform(0.0, 2 * np.pi, cols)
-    X = np.sin(2 * np.pi * freq * t[:, None] + phase)
-    X += 0.02 * rng.standard_normal(X.shape)
-    return X.reshape(K, rows, cols)
+    return smooth_signal(K, rows, cols, rng)
