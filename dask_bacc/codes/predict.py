@@ -6,8 +6,9 @@ planned, and on which results arrive. The model measures the code on a reference
 smooth signal of the accuracy benchmark (:func:`smooth_signal`, also
 ``dask_bacc.testing.smooth_blocks``) mapped by the identity, decoded from random k-subsets
 of the N coded results. The planner (``dask_bacc.runtime.auto``) scales it by how the
-jobs' own error estimates compare with it (the calibration), so that a function that
-amplifies the error more than the reference is planned for.
+jobs' own error estimates compare with the estimate of the reference decoded from the
+same results (the calibration), so that a function that loses more accuracy than the
+reference is planned for, and the estimator's own bias cancels.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from ._types import FloatArray
 from .base import Code
 from .registry import get_code
 
-__all__ = ["expected_error", "smooth_signal", "subset_error"]
+__all__ = ["expected_error", "smooth_signal", "subset_error", "subset_estimate"]
 
 #: the reference signal's block shape and the random subsets drawn per (code, k)
-_ROWS, _COLS, _DRAWS = 16, 8, 48
+_ROWS, _COLS, _DRAWS = 16, 8, 24
 
 
 def smooth_signal(K: int, rows: int, cols: int, rng: np.random.Generator) -> FloatArray:
@@ -61,6 +62,22 @@ def subset_error(code: Code, returned: list[int]) -> float:
         return 0.0
     X = _reference(code.K)
     return _relative_error(code, X, code.encode(X), list(returned))
+
+
+def subset_estimate(code: Code, returned: list[int]) -> float:
+    """What the error estimator (:func:`~dask_bacc.codes.estimate_error`) says of the
+    reference decoded from ``returned``: a job's own estimate over this is how much more
+    (or less) its f and data lose than the reference, with the estimator's bias cancelled.
+
+    ``nan`` when the set cannot be decoded or the estimate is unknown.
+    """
+    from .estimate import estimate_error
+
+    if not code.can_decode(returned):
+        return math.nan
+    X = _reference(code.K)
+    est = estimate_error(code, code.encode(X)[list(returned)], list(returned)).overall
+    return math.nan if est is None else float(est)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -38,6 +38,7 @@ __all__ = [
     "dask_setup",
     "get_stats",
     "interactive",
+    "model_view",
     "register",
     "start_job",
     "want_progress",
@@ -79,3 +80,37 @@ def get_stats(client: Any = None, token: str | None = None) -> Any:
 def _stats_on_scheduler(token: str | None, dask_scheduler: Any = None) -> Any:
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     return None if plugin is None else plugin.stats(token)
+
+
+def model_view(
+    workers: list[str], size: int, seed: int, dask_scheduler: Any = None
+) -> dict[str, Any] | None:
+    """On the scheduler: what the straggler model predicts of ``workers``, for a planner.
+
+    Returns ``size`` relative latencies drawn per worker, each worker's host, the hosts
+    whose stragglers come together (P(another late | one late) at least 0.5 and twice the
+    host's P(late)), the jobs learned from and the late threshold; None when the plugin or
+    its model is off.
+    """
+    import numpy as np
+
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    model = None if plugin is None else plugin.model
+    if model is None:
+        return None
+    hosts = []
+    for w in workers:
+        ws = dask_scheduler.workers.get(w)
+        hosts.append(ws.host if ws is not None else w.split("://", 1)[-1].rsplit(":", 1)[0])
+    correlated = []
+    for h in set(hosts):
+        together = model.host_correlation(h)
+        if together is not None and together >= max(0.5, 2 * model.predict("", h).p_late):
+            correlated.append(h)
+    return {
+        "jobs": model.jobs,
+        "draws": model.sample(workers, np.random.default_rng(seed), size),
+        "hosts": hosts,
+        "correlated": sorted(correlated),
+        "late_factor": model.late_factor,
+    }

@@ -92,6 +92,12 @@ class JobReport:
         (``estimate_method`` ``"exact-unchecked"``).
     dashboard : str or None
         The job on the dashboard's ``/bacc`` page, when the scheduler has a dashboard.
+    auto : dict or None
+        Auto mode (``n_coded``, ``wait`` or ``code`` ``"auto"``): what was chosen and why
+        (``"chosen"``: code, N, k, predicted time in median tasks, its 90th percentile and
+        predicted error; ``"reason"``; ``"alternatives"`` weighed; ``"error_budget"``;
+        ``"calibration"``; ``"model_jobs"``). ``"chosen"`` is None when the defaults ran
+        (the model knew too little). None without auto mode.
     warnings : list of str
         The warnings about the answer (``ApproximationWarning``, ``SuspectResultsWarning``,
         ...), as ``"Kind: message"``; each is also emitted where the result is taken.
@@ -130,6 +136,7 @@ class JobReport:
     check_residual: float | None = None
     warnings: list[str] = field(default_factory=list)
     dashboard: str | None = None
+    auto: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""

@@ -9,7 +9,9 @@ import numbers
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import config
+import numpy as np
+
+from .. import config, diagnostics
 from ..codes import Code, get_code
 from ..codes.registry import ALIASES, registered_codes, unknown_code
 from ..codes.transform import Transform, TransformSpec, get_transform
@@ -17,11 +19,12 @@ from ..collections import Blocks, adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
 from . import _dist
 from ._dist import default_client
+from .auto import AUTO, AUTO_CODES, Calibration, ModelView, Plan, plan
 from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
 from .speculative import Speculation, speculative_job, speculative_placement
-from .wait import WaitPolicy, resolve_wait
+from .wait import FirstK, WaitPolicy, resolve_wait
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -62,12 +65,15 @@ def _check_common(
     if not isinstance(code, (str, Code)):
         raise TypeError(f"code must be a code name or a Code instance, got {type(code).__name__}")
     if isinstance(code, str):
-        known = [*registered_codes(), *ALIASES, "speculative"]
+        known = [*registered_codes(), *ALIASES, "speculative", AUTO]
         if code.lower().replace("_", "-") not in known:
             raise unknown_code(code, known)
-    if n_coded is not None:
+    if n_coded == AUTO:
+        if isinstance(code, Code):
+            raise ValueError("n_coded='auto' chooses N, which a Code instance fixes")
+    elif n_coded is not None:
         if isinstance(n_coded, bool) or not isinstance(n_coded, numbers.Integral):
-            raise TypeError(f"n_coded must be an integer, got {type(n_coded).__name__}")
+            raise TypeError(f"n_coded must be an integer or 'auto', got {type(n_coded).__name__}")
         if isinstance(code, Code):
             raise ValueError("give n_coded or a Code instance, not both (the code fixes N)")
     if timeout is not None:
@@ -146,6 +152,145 @@ def _adapt(
     )
 
 
+#: how the jobs' error estimates compare with the reference error, per function name
+_calibration = Calibration()
+
+
+def _wants_auto(code: object, n_coded: object, wait: object) -> bool:
+    return any(isinstance(x, str) and x == AUTO for x in (code, n_coded, wait))
+
+
+def check_error_budget(error: object, auto: bool) -> float | None:
+    """``error=``: a positive number, and only with auto mode (None: ``bacc.auto.error``)."""
+    if error is None:
+        return float(config.get("auto.error")) if auto else None
+    if not auto:
+        raise ValueError(
+            "error= is the error budget of auto mode (n_coded, wait or code 'auto'); to "
+            "decode once the estimated error is small enough, pass wait=dask_bacc.until(error=...)"
+        )
+    if isinstance(error, bool) or not isinstance(error, numbers.Real) or not 0 < error < math.inf:
+        raise ValueError(f"error must be a positive number, got {error!r}")
+    return float(error)
+
+
+async def auto_view(
+    client: Client, workers: Mapping[str, Mapping[str, Any]]
+) -> tuple[ModelView | None, str]:
+    """What the scheduler's straggler model predicts of ``workers`` (least busy first,
+    hosts interleaved), or None and why the defaults must run instead."""
+    order = choose_workers(workers, len(workers), spread_hosts=bool(config.get("spread-hosts")))
+    seed = int(np.random.default_rng().integers(2**31))
+    raw = await _dist.run_on_scheduler(
+        client, diagnostics.model_view, order, int(config.get("auto.draws")), seed
+    )
+    if raw is None:
+        return None, (
+            "no straggler model on the scheduler yet (the plugin starts with the first "
+            "coded job) or it is off (bacc.diagnostics.enabled, "
+            "bacc.diagnostics.model.enabled): the defaults"
+        )
+    min_jobs = int(config.get("auto.min-jobs"))
+    if raw["jobs"] < min_jobs:
+        return None, (
+            f"the straggler model has learned from {raw['jobs']} jobs, fewer than "
+            f"bacc.auto.min-jobs={min_jobs}: the defaults"
+        )
+    view = ModelView(
+        workers=order,
+        draws=np.asarray(raw["draws"], dtype=float),
+        jobs=int(raw["jobs"]),
+        hosts=list(raw["hosts"]),
+        correlated=frozenset(raw["correlated"]),
+        late_factor=float(raw["late_factor"]),
+    )
+    return view, ""
+
+
+def plan_job(
+    view: ModelView,
+    K: int,
+    codes: list[tuple[str, dict[str, Any]]],
+    error: float,
+    func_name: str,
+    n_coded: int | None = None,
+    wait: Any = None,
+) -> Plan:
+    """:func:`.auto.plan` with the settings of ``bacc.auto`` and the function's calibration."""
+    fixed_wait = None
+    if not (isinstance(wait, str) and wait == AUTO):
+
+        def fixed_wait(code: Code) -> int:
+            try:
+                return resolve_wait(wait, code).target(code)
+            except ValueError:
+                return 0  # this N cannot take that wait: not weighed
+
+    max_n = max(K + 1, math.ceil(float(config.get("auto.max-redundancy")) * K - 1e-9))
+    return plan(
+        view,
+        K,
+        codes,
+        error=error,
+        max_n=max_n,
+        n_coded=n_coded,
+        wait=fixed_wait,
+        calibration=_calibration.factor(func_name),
+        tolerance=float(config.get("auto.tolerance")),
+        late_cost=float(config.get("auto.late-cost")),
+    )
+
+
+def learn_calibration(job: CodedJob) -> None:
+    """After an auto job: how its error estimate compares with the reference's."""
+    rep = job.report
+    if rep.status == "finished" and rep.error_estimate is not None and rep.returned:
+        _calibration.observe(rep.func, job.code, rep.returned, rep.error_estimate)
+
+
+async def _auto_setup(
+    client: Client,
+    workers: Mapping[str, Mapping[str, Any]],
+    K: int,
+    code: str,
+    n_coded: int | str | None,
+    wait: Any,
+    error: float,
+    options: dict[str, Any],
+    avoid: tuple[str, ...],
+    func_name: str,
+) -> tuple[Code, WaitPolicy, list[str], dict[str, Any]]:
+    """Code, wait policy, placement and ``report.auto`` of an auto job."""
+    if isinstance(code, str) and code == AUTO and options:
+        raise ValueError("code='auto' chooses the code: code_options do not apply")
+    running = {a: w for a, w in workers.items() if w.get("status", "running") == "running"}
+    others = {a: w for a, w in running.items() if a not in avoid}
+    view, why = await auto_view(client, others or running)
+    free_wait = (isinstance(wait, str) and wait == AUTO) or (code == AUTO and wait is None)
+    fixed_n = None
+    if not (isinstance(n_coded, str) and n_coded == AUTO):
+        if n_coded is None and code != AUTO:
+            fixed_n = default_n_coded(code.lower(), K, len(others or running), options)
+        elif n_coded is not None:
+            fixed_n = int(n_coded)
+    if view is None:
+        name = str(config.get("code")) if code == AUTO else code
+        coder = _build_code(name, K, fixed_n, len(others or running), options)
+        policy = resolve_wait(None if free_wait or wait == AUTO else wait, coder)
+        return coder, policy, _place(workers, coder.N, avoid), {"chosen": None, "reason": why}
+    codes = [(c, {}) for c in AUTO_CODES] if code == AUTO else [(code, options)]
+    chosen = plan_job(
+        view, K, codes, error, func_name, n_coded=fixed_n, wait=AUTO if free_wait else wait
+    )
+    c = chosen.chosen
+    coder = get_code(c.code, K, c.N, **dict(codes)[c.code])
+    if free_wait and not coder.exact:
+        policy: WaitPolicy = FirstK(c.k)
+    else:
+        policy = resolve_wait(None if free_wait else wait, coder)
+    return coder, policy, chosen.workers, chosen.as_dict()
+
+
 async def _submit(
     client: Client,
     func: Callable[..., Any],
@@ -165,6 +310,7 @@ async def _submit(
     adversaries: int = 0,
     avoid: tuple[str, ...] = (),
     transform: Transform | None = None,
+    error: float | None = None,
 ) -> CodedJob:
     if timeout is None:
         timeout = config.get("timeout")
@@ -204,6 +350,37 @@ async def _submit(
             speculative_placement(workers, data_blocks.K),
             transform=transform,
         )
+    elif error is not None:  # auto mode
+        if adversaries:
+            raise ValueError("adversaries= needs a fixed n_coded and wait, not 'auto'")
+        assert isinstance(code, str)
+        func_name = getattr(func, "__name__", type(func).__name__)
+        coder, policy, placement, auto = await _auto_setup(
+            client,
+            workers,
+            data_blocks.K,
+            code,
+            n_coded,
+            wait,
+            error,
+            code_options,
+            avoid,
+            func_name,
+        )
+        job = CodedJob(
+            client,
+            coder,
+            data_blocks,
+            func,
+            args,
+            kwargs,
+            policy,
+            timeout,
+            combine,
+            placement,
+            transform=transform,
+        )
+        job.report.auto = auto
     else:
         if adversaries and n_coded is None and isinstance(code, str):
             default = default_n_coded(code.lower(), data_blocks.K, n_workers, code_options)
@@ -230,6 +407,8 @@ async def _submit(
     job.progress = progress
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()
+    if job.report.auto is not None and job._task is not None:
+        job._task.add_done_callback(lambda _: learn_calibration(job))
     return job
 
 
@@ -249,8 +428,8 @@ def submit_coded(
     data: Any,
     *args: Any,
     code: str | Code | None = None,
-    n_coded: int | None = None,
-    wait: int | float | WaitPolicy | None = None,
+    n_coded: int | str | None = None,
+    wait: int | float | str | WaitPolicy | None = None,
     timeout: float | None = None,
     client: Client | None = None,
     n_blocks: int | None = None,
@@ -263,6 +442,7 @@ def submit_coded(
     progress: bool | None = None,
     adversaries: int | None = None,
     transform: TransformSpec = None,
+    error: float | None = None,
     **kwargs: Any,
 ) -> CodedJob:
     """Start a coded map of ``func`` over the blocks of ``data``; return at once.
@@ -273,6 +453,7 @@ def submit_coded(
     if code is None:
         code = config.get("code")
     _check_common(func, code, n_coded, timeout, code_options)
+    error = check_error_budget(error, _wants_auto(code, n_coded, wait))
     adversaries = check_adversaries(adversaries)
     transform = get_transform(transform)
     if combine not in COMBINE_CHOICES:
@@ -299,6 +480,7 @@ def submit_coded(
         adversaries=adversaries,
         avoid=AVOID_WORKERS.get(),
         transform=transform,
+        error=error,
     )
 
 
@@ -307,8 +489,8 @@ def map_coded(
     data: Any,
     *args: Any,
     code: str | Code | None = None,
-    n_coded: int | None = None,
-    wait: int | float | WaitPolicy | None = None,
+    n_coded: int | str | None = None,
+    wait: int | float | str | WaitPolicy | None = None,
     timeout: float | None = None,
     client: Client | None = None,
     n_blocks: int | None = None,
@@ -321,6 +503,7 @@ def map_coded(
     progress: bool | None = None,
     adversaries: int | None = None,
     transform: TransformSpec = None,
+    error: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """Map ``func`` over the blocks of ``data`` with coded computing; return the decoded output.
@@ -347,15 +530,18 @@ def map_coded(
         ``"systematic-spline"``, ``"spline"``, ``"berrut"``, ``"systematic-berrut"``
         (approximate), ``"lagrange"`` (give ``code_options={"degree": d}``),
         ``"repetition"``, ``"uncoded"`` (exact), ``"speculative"``, or a Code instance.
-        docs/accuracy.md compares them.
-    n_coded : int, optional
+        docs/accuracy.md compares them. ``"auto"``: the code, N and the wait are chosen
+        per job from the straggler model (unless ``n_coded`` or ``wait`` is given).
+    n_coded : int or "auto", optional
         N, the number of coded tasks; default ``ceil(bacc.redundancy * K)`` (2K), capped by
-        the number of workers and at least K+1.
-    wait : int, float or WaitPolicy, optional
+        the number of workers and at least K+1. ``"auto"``: chosen per job from the
+        straggler model (see ``error``).
+    wait : int, float, "auto" or WaitPolicy, optional
         Decode after the first ``wait`` results (int), after ``ceil(wait * N)`` (float in
         (0, 1]), or per a policy. Default: ``bacc.wait.spline`` / ``bacc.wait.berrut``
         (0.75 of N) for the approximate codes; exact
-        codes their recovery threshold.
+        codes their recovery threshold. ``"auto"``: the number of results is chosen per
+        job from the straggler model.
     timeout : float, optional
         Seconds after which the job decodes from whatever arrived (``bacc.timeout``).
     client : distributed.Client, optional
@@ -395,6 +581,13 @@ def map_coded(
         renormalises each row, the last axis, to sum to 1). Exact codes stay exact up to
         rounding. See :func:`dask_bacc.codes.transform.get_transform` and
         ``docs/accuracy.md``.
+    error : float, optional
+        Auto mode's error budget (default ``bacc.auto.error``): with ``n_coded``,
+        ``wait`` or ``code`` ``"auto"``, the setting with the least expected time to
+        answer whose predicted relative error is at most ``error`` runs, on the workers
+        predicted fastest; ``report.auto`` says what was chosen and why. Until the
+        scheduler's model has seen ``bacc.auto.min-jobs`` jobs the defaults run.
+        docs/adaptive.md.
 
     Returns
     -------
@@ -435,6 +628,7 @@ def map_coded(
         progress=progress,
         adversaries=adversaries,
         transform=transform,
+        error=error,
         **kwargs,
     )
     if client.asynchronous:
