@@ -6,9 +6,8 @@ planned, and on which results arrive. The model measures the code on a reference
 smooth signal of the accuracy benchmark (:func:`smooth_signal`, also
 ``dask_bacc.testing.smooth_blocks``) mapped by the identity, decoded from random k-subsets
 of the N coded results. The planner (``dask_bacc.runtime.auto``) scales it by how the
-jobs' own error estimates compare with the estimate of the reference decoded from the
-same results (the calibration), so that a function that loses more accuracy than the
-reference is planned for, and the estimator's own bias cancels.
+jobs' own error estimates compare with it (the calibration), so that a function that
+loses more accuracy than the reference is planned for.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from ._types import FloatArray
 from .base import Code
 from .registry import get_code
 
-__all__ = ["expected_error", "smooth_signal", "subset_error", "subset_estimate"]
+__all__ = ["expected_error", "smooth_signal"]
 
 #: the reference signal's block shape and the random subsets drawn per (code, k)
 _ROWS, _COLS, _DRAWS = 16, 8, 24
@@ -51,40 +50,9 @@ def _relative_error(code: Code, X: FloatArray, coded: FloatArray, returned: list
     return float(np.linalg.norm(decoded - X) / np.linalg.norm(X))
 
 
-def subset_error(code: Code, returned: list[int]) -> float:
-    """The reference's relative error decoded from exactly the results ``returned``.
-
-    0 for a set the code decodes exactly; ``inf`` for one it cannot decode.
-    """
-    if not code.can_decode(returned):
-        return math.inf
-    if code.exact or code.is_exact(returned):
-        return 0.0
-    X = _reference(code.K)
-    return _relative_error(code, X, code.encode(X), list(returned))
-
-
-def subset_estimate(code: Code, returned: list[int]) -> float:
-    """What the error estimator (:func:`~dask_bacc.codes.estimate_error`) says of the
-    reference decoded from ``returned``: a job's own estimate over this is how much more
-    (or less) its f and data lose than the reference, with the estimator's bias cancelled.
-
-    ``nan`` when the set cannot be decoded or the estimate is unknown.
-    """
-    from .estimate import estimate_error
-
-    if not code.can_decode(returned):
-        return math.nan
-    X = _reference(code.K)
-    est = estimate_error(code, code.encode(X)[list(returned)], list(returned)).overall
-    return math.nan if est is None else float(est)
-
-
 @functools.lru_cache(maxsize=4096)
-def _expected(config: tuple[tuple[str, object], ...], k: int) -> float:
-    options = dict(config)
-    name, K, N = str(options.pop("name")), int(options.pop("K")), int(options.pop("N"))
-    code = get_code(name, K, N, **options)
+def _expected(name: str, K: int, N: int, options: tuple[tuple[str, object], ...], k: int) -> float:
+    code = get_code(name, K, N, **dict(options))
     if code.exact:
         return 0.0
     X = _reference(K)
@@ -120,5 +88,6 @@ def expected_error(code: Code, k: int) -> float:
         raise ValueError(f"k must lie in [1, N={code.N}], got {k}")
     if k < code.min_results:
         return math.inf
-    config = tuple(sorted((str(a), v) for a, v in code.get_config().items()))
-    return _expected(config, int(k))
+    skip = {"name", "K", "N"}
+    options = tuple(sorted((str(a), v) for a, v in code.get_config().items() if a not in skip))
+    return _expected(code.name, code.K, code.N, options, int(k))

@@ -11,7 +11,7 @@ Times are in units of the job's median task (the model is relative): the time to
 of a setting is when its wait policy is met, the k-th of its N draws for a first-k wait.
 The error is :func:`dask_bacc.codes.predict.expected_error` (the reference signal of the
 accuracy benchmark, k random results of N) times the calibration that the jobs' own error
-estimates give (:class:`Calibration`).
+estimates give (:class:`Calibration`: their mean over the model's mean).
 """
 
 from __future__ import annotations
@@ -26,11 +26,20 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..codes import Code, get_code
-from ..codes.predict import expected_error, subset_estimate
+from ..codes.predict import expected_error
 from ..codes.repetition import RepetitionCode, Uncoded
 from .placement import spread_order
 
-__all__ = ["AUTO", "Calibration", "ModelView", "Option", "Plan", "order_workers", "plan"]
+__all__ = [
+    "AUTO",
+    "Calibration",
+    "ModelView",
+    "Option",
+    "Plan",
+    "expected_latency",
+    "order_workers",
+    "plan",
+]
 
 #: the value of ``n_coded``, ``wait`` and ``code`` that asks for the planner
 AUTO = "auto"
@@ -139,7 +148,7 @@ def order_workers(view: ModelView, late_cost: float) -> list[int]:
     """Worker positions, predicted fastest first; the second and later workers of a host
     whose stragglers correlate go after every other worker."""
     expected = _costed(view, late_cost).mean(axis=0)
-    ranked = sorted(range(len(view.workers)), key=lambda j: expected[j])  # stable: ties
+    ranked = sorted(range(len(view.workers)), key=lambda j: float(expected[j]))  # stable
     first, deferred, seen = [], [], set()
     for j in ranked:
         host = view.hosts[j] if view.hosts else view.workers[j]
@@ -149,6 +158,12 @@ def order_workers(view: ModelView, late_cost: float) -> list[int]:
             first.append(j)
             seen.add(host)
     return first + deferred
+
+
+def expected_latency(view: ModelView, late_cost: float) -> dict[str, float]:
+    """Each worker's predicted mean relative latency (late draws costed)."""
+    means = _costed(view, late_cost).mean(axis=0)
+    return {w: float(m) for w, m in zip(view.workers, means, strict=True)}
 
 
 def _costed(view: ModelView, late_cost: float) -> NDArray[np.float64]:
@@ -186,35 +201,42 @@ def _times(code: Code, L: NDArray[np.float64], ks: Sequence[int]) -> dict[int, N
 
 
 class Calibration:
-    """How the jobs' own error estimates compare with the reference's, per function.
+    """How the jobs' own error estimates compare with the accuracy model, per function.
 
-    The factor for a function is the exponentially weighted geometric mean, over its
-    recent jobs, of the job's error estimate over the estimate of the reference decoded
-    from the same returned results (both by the same estimator, so its bias cancels),
-    each clipped to [0.05, 20]; 1 for a function never seen. Kept in the client process,
-    bounded.
+    The factor for a function is the ratio of two exponentially weighted means over its
+    recent approximate jobs: of the job's error estimate (0 when its set decoded exactly),
+    and of the model's prediction for the code and the number of results it decoded from
+    (:func:`~dask_bacc.codes.predict.expected_error`). It so absorbs both what f and the
+    data lose beyond the reference and what the placement gains over random subsets (the
+    fastest workers run the systematic tasks). Clipped to [0.05, 20]; 1 for a function
+    never seen. A ratio of means, not a mean of ratios, because the budget bounds the
+    mean error. A new function starts at 1, as if one earlier job had matched the model.
+    Kept in the client process, bounded.
     """
 
     def __init__(self, weight: float = 0.3, size: int = 256):
         self.weight = weight
         self.size = size
-        self._log: OrderedDict[str, float] = OrderedDict()
+        self._means: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
     def factor(self, func: str) -> float:
-        return float(math.exp(self._log.get(func, 0.0)))
+        est, model = self._means.get(func, (1.0, 1.0))
+        return 1.0 if model <= 0 else min(max(est / model, 0.05), 20.0)
 
-    def observe(self, func: str, code: Code, returned: Sequence[int], estimate: float) -> None:
-        """Learn from a decoded job: ``estimate`` of the error decoding ``returned``."""
-        if code.exact or not math.isfinite(estimate) or estimate <= 0:
+    def observe(self, func: str, code: Code, k: int, estimate: float) -> None:
+        """Learn from a job of ``code`` that decoded from ``k`` results with ``estimate``."""
+        if code.exact or not math.isfinite(estimate) or estimate < 0:
             return
-        ref = subset_estimate(code, list(returned))
-        if not 0 < ref < math.inf:
+        model = expected_error(code, k)
+        if not math.isfinite(model):
             return
-        ratio = math.log(min(max(estimate / ref, 0.05), 20.0))
-        old = self._log.pop(func, None)
-        self._log[func] = ratio if old is None else (1 - self.weight) * old + self.weight * ratio
-        while len(self._log) > self.size:
-            self._log.popitem(last=False)
+        # a function never seen starts from the model (factor 1), so one job's luck
+        # moves the factor by ``weight`` of its ratio, not all the way
+        est, ref = self._means.pop(func, (model, model))
+        w = self.weight
+        self._means[func] = ((1 - w) * est + w * estimate, (1 - w) * ref + w * model)
+        while len(self._means) > self.size:
+            self._means.popitem(last=False)
 
 
 def plan(
@@ -229,6 +251,7 @@ def plan(
     calibration: float = 1.0,
     tolerance: float = 0.05,
     late_cost: float = 4.0,
+    placement: Sequence[str] | None = None,
 ) -> Plan:
     """Choose the code, N, the wait and the workers of a job.
 
@@ -257,12 +280,21 @@ def plan(
     late_cost : float
         Late draws (a task known only to be late) count as at least this many median
         tasks.
+    placement : sequence of str, optional
+        The worker of each coded task, when it is fixed (the shares of a CodedData):
+        only the wait is chosen, for these workers.
 
     Returns
     -------
     Plan
     """
-    order = order_workers(view, late_cost)
+    if placement is not None:
+        if len(codes) != 1 or n_coded != len(placement):
+            raise ValueError("a fixed placement needs one code and n_coded == its length")
+        position = {w: j for j, w in enumerate(view.workers)}
+        order = [position[w] for w in placement]
+    else:
+        order = order_workers(view, late_cost)
     D = _costed(view, late_cost)[:, order]
     W = len(order)
     opts_of = dict(codes)
@@ -272,7 +304,10 @@ def plan(
         for N in _n_range(name, K, n_coded, min(max_n, W)):
             code = get_code(name, K, N, **opts)
             cols = np.empty(N, dtype=int)
-            cols[index_order(code)] = np.arange(N)  # coded index -> rank of its worker
+            if placement is not None:
+                cols[:] = np.arange(N)  # coded index i runs on placement[i]
+            else:
+                cols[index_order(code)] = np.arange(N)  # coded index -> rank of its worker
             if code.exact:
                 ks = [min(N, code.min_results + code.check_spare)]
             elif wait is not None:
@@ -330,8 +365,11 @@ def plan(
         reason = f"no setting is predicted within error <= {error:g}: the most accurate one"
     code = get_code(chosen.code, K, chosen.N, **opts_of[chosen.code])
     workers = [""] * chosen.N
-    for rank, i in enumerate(index_order(code)):
-        workers[i] = view.workers[order[rank]]
+    if placement is not None:
+        workers = list(placement)
+    else:
+        for rank, i in enumerate(index_order(code)):
+            workers[i] = view.workers[order[rank]]
     return Plan(
         chosen=chosen,
         workers=workers,

@@ -35,12 +35,22 @@ from ..codes.transform import Transform, TransformSpec, get_transform
 from ..collections import Blocks
 from . import _dist, keys
 from ._dist import default_client
+from .auto import AUTO, AUTO_CODES, expected_latency
 from .graph import TaskSpec, submit_graph
 from .job import CodedJob
 from .launch import SharedLaunch
 from .placement import choose_workers
-from .submit import _adapt, _build_code, _check_common, _live_workers
-from .wait import WaitPolicy, resolve_wait
+from .submit import (
+    _adapt,
+    _build_code,
+    _check_common,
+    _live_workers,
+    auto_view,
+    check_error_budget,
+    learn_calibration,
+    plan_job,
+)
+from .wait import FirstK, WaitPolicy, resolve_wait
 from .worker import encode_task, hold
 
 if TYPE_CHECKING:
@@ -63,7 +73,11 @@ class CodedData:
         Names the share tasks ``("bacc-encode-<token>", i)``.
     workers : list of str
         The worker each share was placed on at encoding time.
+    auto : dict or None
+        ``encode(n_coded="auto")``: what was chosen and why (as ``report.auto``).
     """
+
+    auto: dict[str, Any] | None = None
 
     def __init__(self, client: Client, code: Code, blocks: Blocks, workers: list[str]):
         self.client = client
@@ -108,11 +122,12 @@ class CodedData:
         self,
         func: Callable[..., Any],
         *args: Any,
-        wait: int | float | WaitPolicy | None = None,
+        wait: int | float | str | WaitPolicy | None = None,
         timeout: float | None = None,
         combine: str = "auto",
         meta: Any = None,
         transform: TransformSpec = None,
+        error: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``func`` on every coded share; decode and return the output.
@@ -121,6 +136,13 @@ class CodedData:
         that was encoded (``transform=`` included); ``args``/``kwargs`` larger than
         ``bacc.args-inline-limit`` are sent once per call. With an asynchronous client,
         returns an awaitable.
+
+        ``wait="auto"`` adapts every call to the scheduler's straggler model: a share
+        whose worker is predicted slow is evaluated on a spare worker predicted fast
+        (``report.rerouted``), and the number of results to wait for is the one with the
+        least expected time whose predicted error is within ``error`` (default
+        ``bacc.auto.error``); ``report.auto`` says what was chosen. N, the shares, is
+        fixed at :func:`encode` (``n_coded="auto"`` chooses it there).
         """
         job = self.submit(
             func,
@@ -130,6 +152,7 @@ class CodedData:
             combine=combine,
             meta=meta,
             transform=transform,
+            error=error,
             **kwargs,
         )
         if self.client.asynchronous:
@@ -146,11 +169,12 @@ class CodedData:
         self,
         func: Callable[..., Any],
         *args: Any,
-        wait: int | float | WaitPolicy | None = None,
+        wait: int | float | str | WaitPolicy | None = None,
         timeout: float | None = None,
         combine: str = "auto",
         meta: Any = None,
         transform: TransformSpec = None,
+        error: float | None = None,
         **kwargs: Any,
     ) -> CodedJob:
         """Like :meth:`map`, but return the :class:`~dask_bacc.CodedJob` at once (with an
@@ -163,7 +187,9 @@ class CodedData:
 
         if combine not in COMBINE_CHOICES:
             raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
-        policy = resolve_wait(wait, self.code)
+        auto = isinstance(wait, str) and wait == AUTO
+        budget = check_error_budget(error, auto)
+        policy = None if auto else resolve_wait(wait, self.code)
         if timeout is None:
             timeout = config.get("timeout")
         blocks = self.blocks
@@ -183,6 +209,7 @@ class CodedData:
             combine,
             copy.copy(blocks),
             transform,
+            budget,
         )
 
     async def _submit(
@@ -190,17 +217,23 @@ class CodedData:
         func: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        policy: WaitPolicy,
+        policy: WaitPolicy | None,
         timeout: float | None,
         combine: str,
         blocks: Blocks,
         transform: Transform | None = None,
+        error: float | None = None,
     ) -> CodedJob:
         last = self._last() if self._last is not None else None
         if last is not None and last._task is not None and not last._task.done():
             # its clean-up marks its stragglers stale on their workers: see _placement
             await asyncio.wait({last._task})
         placement, rerouted = await self._placement()
+        auto = None
+        if policy is None:  # wait="auto"
+            assert error is not None
+            func_name = getattr(func, "__name__", type(func).__name__)
+            policy, auto = await self._adapt(placement, rerouted, error, func_name)
         job = CodedJob(
             self.client,
             self.code,
@@ -216,9 +249,48 @@ class CodedData:
             transform=transform,
         )
         job.report.rerouted = rerouted
+        job.report.auto = auto
         await job._submit()
+        if auto is not None and job._task is not None:
+            job._task.add_done_callback(lambda _: learn_calibration(job))
         self._last = weakref.ref(job)
         return job
+
+    async def _adapt(
+        self, where: list[str], rerouted: dict[int, str], error: float, func_name: str
+    ) -> tuple[WaitPolicy, dict[str, Any]]:
+        """``wait="auto"``: move shares off workers predicted slow (onto spare workers
+        predicted fast; ``where`` and ``rerouted`` are updated) and choose the wait."""
+        workers, _ = await _live_workers(self.client)
+        live = {a: w for a, w in workers.items() if w.get("status", "running") == "running"}
+        view, why = await auto_view(self.client, live)
+        if view is None:
+            return resolve_wait(None, self.code), {"chosen": None, "reason": why}
+        late_cost = float(config.get("auto.late-cost"))
+        expected = expected_latency(view, late_cost)
+        spare = sorted((a for a in live if a not in set(where)), key=lambda a: expected[a])
+        for i in sorted(range(len(where)), key=lambda i: -expected.get(where[i], 1.0)):
+            # worth a move when the share's worker is predicted a straggler and a spare
+            # one is predicted at least twice as fast
+            slow = expected.get(where[i], 1.0)
+            if not spare or slow <= view.late_factor or expected[spare[0]] * 2 > slow:
+                break
+            rerouted[i] = where[i] = spare.pop(0)
+        code = self.code
+        options = {a: v for a, v in code.get_config().items() if a not in ("name", "K", "N")}
+        chosen = plan_job(
+            view,
+            code.K,
+            [(code.name, options)],
+            error,
+            func_name,
+            n_coded=code.N,
+            wait=AUTO,
+            placement=where,
+        )
+        k = chosen.chosen.k
+        policy = resolve_wait(None, self.code) if self.code.exact else FirstK(k)
+        return policy, chosen.as_dict()
 
     async def _placement(self) -> tuple[list[str], dict[int, str]]:
         """Where each share's eval runs this call: where the share is, unless that worker
@@ -303,7 +375,7 @@ class CodedData:
 def encode(
     data: Any,
     code: str | Code | None = None,
-    n_coded: int | None = None,
+    n_coded: int | str | None = None,
     client: Client | None = None,
     *,
     n_blocks: int | None = None,
@@ -311,6 +383,7 @@ def encode(
     code_options: dict[str, Any] | None = None,
     columns: Any = None,
     dim: str | None = None,
+    error: float | None = None,
 ) -> CodedData:
     """Encode ``data`` once and keep the N coded shares on the workers.
 
@@ -319,6 +392,12 @@ def encode(
     data, code, n_coded, client, n_blocks, blocks, code_options, columns, dim
         As in :func:`dask_bacc.map_coded` (every input kind it accepts).
         ``code="speculative"`` does not apply (it has no shares).
+    error : float, optional
+        With ``n_coded="auto"`` (and ``code="auto"``): N (and the code) are chosen from
+        the scheduler's straggler model as in :func:`dask_bacc.map_coded`, within this
+        error budget (default ``bacc.auto.error``); :attr:`CodedData.auto` says what was
+        chosen. Each :meth:`CodedData.map` with ``wait="auto"`` then adapts the wait and
+        the placement.
 
     Returns
     -------
@@ -338,6 +417,9 @@ def encode(
     _check_common(len, code, n_coded, None, code_options)
     if isinstance(code, str) and code.lower() == "speculative":
         raise ValueError("code='speculative' has no coded shares to keep: pick a code")
+    if isinstance(code, str) and code.lower() == AUTO and n_coded != AUTO:
+        raise ValueError("encode(code='auto') chooses the code with N: pass n_coded='auto'")
+    error = check_error_budget(error, n_coded == AUTO)
     client = client if client is not None else default_client()
     labels = {"columns": columns, "dim": dim}
     return _dist.sync(
@@ -351,6 +433,7 @@ def encode(
         blocks,
         dict(code_options or {}),
         labels,
+        error,
     )
 
 
@@ -363,16 +446,33 @@ async def _encode(
     blocks: int | None,
     code_options: dict[str, Any],
     labels: dict[str, Any],
+    error: float | None = None,
 ) -> CodedData:
     workers, n_workers = await _live_workers(client)
     data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
+    auto: dict[str, Any] | None = None
+    placement: list[str] | None = None
+    if isinstance(n_coded, str):  # "auto": N (and the code) for the cluster seen now
+        assert error is not None and isinstance(code, str)
+        view, why = await auto_view(client, workers)
+        n_coded, auto = None, {"chosen": None, "reason": why}
+        if view is not None:
+            name = code.lower().replace("_", "-")
+            codes = [(c, {}) for c in AUTO_CODES] if name == AUTO else [(name, code_options)]
+            chosen = plan_job(view, data_blocks.K, codes, error, "", wait=AUTO)
+            code, code_options = chosen.chosen.code, dict(codes)[chosen.chosen.code]
+            n_coded, placement, auto = chosen.chosen.N, chosen.workers, chosen.as_dict()
+        elif code == AUTO:
+            code = str(config.get("code"))
     coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
-    placement = choose_workers(
-        workers,
-        coder.N,
-        spread_hosts=bool(config.get("spread-hosts")),
-        oversubscribe=str(config.get("oversubscribe")),
-    )
+    if placement is None:
+        placement = choose_workers(
+            workers,
+            coder.N,
+            spread_hosts=bool(config.get("spread-hosts")),
+            oversubscribe=str(config.get("oversubscribe")),
+        )
     coded = CodedData(client, coder, data_blocks, placement)
+    coded.auto = auto
     await coded._launch()
     return coded

@@ -169,7 +169,9 @@ def check_error_budget(error: object, auto: bool) -> float | None:
             "error= is the error budget of auto mode (n_coded, wait or code 'auto'); to "
             "decode once the estimated error is small enough, pass wait=dask_bacc.until(error=...)"
         )
-    if isinstance(error, bool) or not isinstance(error, numbers.Real) or not 0 < error < math.inf:
+    if isinstance(error, bool) or not isinstance(error, numbers.Real):
+        raise TypeError(f"error must be a number, got {type(error).__name__}")
+    if not 0 < float(error) < math.inf:
         raise ValueError(f"error must be a positive number, got {error!r}")
     return float(error)
 
@@ -215,6 +217,7 @@ def plan_job(
     func_name: str,
     n_coded: int | None = None,
     wait: Any = None,
+    placement: list[str] | None = None,
 ) -> Plan:
     """:func:`.auto.plan` with the settings of ``bacc.auto`` and the function's calibration."""
     fixed_wait = None
@@ -238,6 +241,7 @@ def plan_job(
         calibration=_calibration.factor(func_name),
         tolerance=float(config.get("auto.tolerance")),
         late_cost=float(config.get("auto.late-cost")),
+        placement=placement,
     )
 
 
@@ -245,7 +249,7 @@ def learn_calibration(job: CodedJob) -> None:
     """After an auto job: how its error estimate compares with the reference's."""
     rep = job.report
     if rep.status == "finished" and rep.error_estimate is not None and rep.returned:
-        _calibration.observe(rep.func, job.code, rep.returned, rep.error_estimate)
+        _calibration.observe(rep.func, job.code, len(rep.returned), rep.error_estimate)
 
 
 async def _auto_setup(
@@ -276,8 +280,8 @@ async def _auto_setup(
     if view is None:
         name = str(config.get("code")) if code == AUTO else code
         coder = _build_code(name, K, fixed_n, len(others or running), options)
-        policy = resolve_wait(None if free_wait or wait == AUTO else wait, coder)
-        return coder, policy, _place(workers, coder.N, avoid), {"chosen": None, "reason": why}
+        default = resolve_wait(None if free_wait or wait == AUTO else wait, coder)
+        return coder, default, _place(workers, coder.N, avoid), {"chosen": None, "reason": why}
     codes = [(c, {}) for c in AUTO_CODES] if code == AUTO else [(code, options)]
     chosen = plan_job(
         view, K, codes, error, func_name, n_coded=fixed_n, wait=AUTO if free_wait else wait

@@ -182,7 +182,7 @@ def _check_grace(grace: float) -> None:
         raise ValueError(f"grace must be a number >= 0, got {grace!r}")
 
 
-def resolve_wait(wait: int | float | WaitPolicy | None, code: Code) -> WaitPolicy:
+def resolve_wait(wait: int | float | str | WaitPolicy | None, code: Code) -> WaitPolicy:
     """Turn the user's ``wait=`` into a policy and check that ``code`` can decode from it.
 
     Defaults: an approximate code waits for ``bacc.wait.<name>`` (Berrut and spline: a
@@ -211,7 +211,8 @@ def resolve_wait(wait: int | float | WaitPolicy | None, code: Code) -> WaitPolic
         policy = Fraction(float(wait))
     else:
         raise TypeError(
-            f"wait must be an int, a float in (0, 1] or a WaitPolicy, got {type(wait).__name__}"
+            "wait must be an int, a float in (0, 1], 'auto' or a WaitPolicy, "
+            f"got {type(wait).__name__}"
         )
     policy.validate(code)
     return policy

@@ -1,0 +1,383 @@
+"""Auto mode: the planner on synthetic draws and histories (no cluster), then one cluster
+run per straggler regime, for behaviour (what is chosen and where), not speed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import time
+import warnings
+
+import numpy as np
+import pytest
+from cluster_helpers import gen_cluster, idle
+
+import dask_bacc
+from dask_bacc.codes import get_code
+from dask_bacc.codes.predict import expected_error
+from dask_bacc.diagnostics.latency import LatencyModel, TaskObservation
+from dask_bacc.runtime.auto import (
+    Calibration,
+    ModelView,
+    index_order,
+    order_workers,
+    plan,
+)
+from dask_bacc.testing import Bimodal, SlowWorkers, inject_stragglers, smooth_blocks
+
+K = 8
+WORKERS = [f"tcp://10.0.{k // 4}.{k}:1" for k in range(16)]
+SPLINE = [("systematic-spline", {})]
+
+
+@pytest.fixture(autouse=True)
+def fresh_calibration(monkeypatch):
+    """The calibration lives in the client process: each test starts with none."""
+    monkeypatch.setattr("dask_bacc.runtime.submit._calibration", Calibration())
+
+
+def bimodal_draws(rng, p, size=512, late=20.0, slow=()):
+    D = rng.lognormal(0.0, 0.05, (size, len(WORKERS)))
+    D[rng.random(D.shape) < p] = late
+    D[:, list(slow)] = late
+    return D
+
+
+def view(D, **kw):
+    return ModelView(WORKERS, D, jobs=10, **kw)
+
+
+# -- the accuracy model ------------------------------------------------------------------------
+
+
+def test_expected_error_falls_with_more_results_and_exact_codes_are_exact():
+    code = get_code("systematic-spline", K, 16)
+    errors = [expected_error(code, k) for k in range(8, 17)]
+    assert errors[-1] == 0.0  # every systematic result: exact
+    assert all(a >= b - 1e-3 for a, b in itertools.pairwise(errors))
+    assert errors[0] > 5 * errors[-2]
+    assert expected_error(get_code("repetition", K, 12), 8) == 0.0
+    assert expected_error(get_code("lagrange", K, 12, degree=1), 3) == math.inf  # < threshold
+    with pytest.raises(ValueError):
+        expected_error(code, 17)
+
+
+def test_calibration_follows_the_jobs_estimates():
+    code = get_code("berrut", K, 12)
+    model = expected_error(code, 8)
+    cal = Calibration(size=2)
+    assert cal.factor("f") == 1.0
+    cal.observe("f", code, 8, 3 * model)  # one job moves it by the weight, from 1
+    assert cal.factor("f") == pytest.approx(0.7 + 0.3 * 3)
+    for _ in range(30):
+        cal.observe("f", code, 8, 3 * model)  # f loses 3x the reference
+    assert cal.factor("f") == pytest.approx(3.0, rel=0.01)
+    # a ratio of means: exact decodes (estimate 0) pull the factor down, as they do the
+    # mean error the budget bounds
+    cal.observe("f", code, 8, 0.0)
+    assert cal.factor("f") == pytest.approx(0.7 * 3.0, rel=0.01)
+    for _ in range(30):
+        cal.observe("g", code, 8, model / 100)  # clipped at 1/20
+    assert cal.factor("g") == pytest.approx(0.05)
+    cal.observe("h", code, 8, model)
+    assert cal.factor("f") == 1.0  # bounded: the oldest function is forgotten
+    cal.observe("h", get_code("repetition", K, 12), 8, 0.5)  # exact: ignored
+    cal.observe("h", code, 8, math.nan)  # no estimate: ignored
+    assert cal.factor("h") == pytest.approx(1.0)
+
+
+# -- the planner on synthetic draws --------------------------------------------------------------
+
+
+def test_heavy_stragglers_get_full_redundancy_and_a_short_wait():
+    rng = np.random.default_rng(0)
+    p = plan(view(bimodal_draws(rng, 0.3)), K, SPLINE, error=0.1, max_n=16, calibration=0.6)
+    assert p.chosen.N == 16
+    # the default waits for 12 of 16: P(more than 4 of 16 late) ~ 55% at p = 0.3
+    assert p.chosen.k <= 10
+    assert p.chosen.error <= 0.1
+    assert p.chosen.p90 < 4  # its 90th percentile does not wait for a straggler
+    assert sorted(p.workers) == sorted(WORKERS)
+    assert "least expected time" in p.reason
+    assert p.alternatives and all(o != p.chosen for o in p.alternatives)
+    assert p.as_dict()["chosen"]["N"] == 16
+
+
+def test_a_quiet_cluster_pays_for_less_redundancy():
+    rng = np.random.default_rng(1)
+    quiet = plan(view(bimodal_draws(rng, 0.0)), K, SPLINE, error=0.1, max_n=16)
+    heavy = plan(view(bimodal_draws(rng, 0.3)), K, SPLINE, error=0.1, max_n=16)
+    assert quiet.chosen.N < heavy.chosen.N
+    assert quiet.chosen.N <= 10
+    assert quiet.chosen.time < 1.2
+
+
+def test_slow_workers_get_no_task():
+    rng = np.random.default_rng(2)
+    slow = {3, 7, 12}
+    p = plan(view(bimodal_draws(rng, 0.0, slow=slow)), K, SPLINE, error=0.1, max_n=16)
+    assert p.chosen.N <= 13
+    assert not {WORKERS[j] for j in slow} & set(p.workers)
+
+
+def test_systematic_tasks_go_to_the_fastest_workers():
+    rng = np.random.default_rng(3)
+    D = rng.lognormal(0.0, 0.01, (256, 16)) * np.linspace(1.0, 1.45, 16)  # worker j slower
+    code_name = "systematic-berrut"
+    p = plan(view(D), K, [(code_name, {})], error=1.0, max_n=16, n_coded=16)
+    code = get_code(code_name, K, 16)
+    systematic = {p.workers[i] for i in code.systematic_workers}
+    assert systematic == set(WORKERS[:K])
+    order = index_order(code)
+    assert set(order[:K]) == {int(i) for i in code.systematic_workers}
+
+
+def test_correlated_hosts_are_spread():
+    hosts = [w.split("//")[1].rsplit(".", 1)[0] for w in WORKERS]  # 4 workers per host
+    D = np.ones((64, 16)) + np.arange(16) * 1e-3
+    v = ModelView(WORKERS, D, jobs=10, hosts=hosts, correlated=frozenset({"10.0.0"}))
+    order = order_workers(v, late_cost=4.0)
+    # host 10.0.0 (workers 0-3, the fastest) gives its first worker, the others go last
+    assert order[0] == 0 and set(order[-3:]) == {1, 2, 3}
+    free = order_workers(ModelView(WORKERS, D, jobs=10, hosts=hosts), late_cost=4.0)
+    assert free == list(range(16))
+
+
+def test_fixed_n_and_fixed_wait_are_kept():
+    rng = np.random.default_rng(4)
+    D = bimodal_draws(rng, 0.3)
+    p = plan(view(D), K, SPLINE, error=0.1, max_n=16, n_coded=12)
+    assert p.chosen.N == 12
+    p = plan(view(D), K, SPLINE, error=1.0, max_n=16, wait=lambda code: code.N - 1)
+    assert p.chosen.k == p.chosen.N - 1
+
+
+def test_an_unreachable_budget_takes_the_most_accurate_setting():
+    rng = np.random.default_rng(5)
+    p = plan(view(bimodal_draws(rng, 0.3)), K, [("berrut", {})], error=1e-6, max_n=16)
+    assert "no setting is predicted within" in p.reason
+    assert p.chosen.k == p.chosen.N  # every result: Berrut's least error
+    assert p.chosen.error == min(o.error for o in [p.chosen, *p.alternatives])
+
+
+def test_code_auto_may_take_an_exact_code():
+    rng = np.random.default_rng(6)
+    codes = [(c, {}) for c in ("systematic-berrut", "repetition", "uncoded")]
+    # a budget no approximate setting meets: an exact code, as fast as can be
+    p = plan(view(bimodal_draws(rng, 0.1)), K, codes, error=1e-9, max_n=16)
+    assert p.chosen.code in ("repetition", "uncoded") and p.chosen.error == 0.0
+    assert p.chosen.code == "repetition" and p.chosen.N == 16  # uncoded waits for all 8
+
+
+def test_a_fixed_placement_chooses_only_the_wait():
+    rng = np.random.default_rng(7)
+    D = bimodal_draws(rng, 0.0, slow={0, 1})
+    where = WORKERS[:12]  # shares on two slow workers among them
+    p = plan(view(D), K, SPLINE, error=0.2, max_n=16, n_coded=12, placement=where)
+    assert p.workers == where and p.chosen.N == 12
+    assert p.chosen.k <= 10  # never waits for the two slow ones
+    with pytest.raises(ValueError):
+        plan(view(D), K, SPLINE, error=0.2, max_n=16, placement=where)  # no n_coded
+
+
+# -- the model and the planner in a closed loop, on synthetic histories -----------------------
+
+
+def simulate(model, rng, slow, jobs, error=0.1):
+    """``jobs`` jobs: plan from the model, run on synthetic latencies (the slow workers'
+    tasks take 20x the median), decode at the k-th result (cutting the rest short, as the
+    runtime does) and feed the model what the scheduler plugin would. Returns the plans."""
+    plans = []
+    for _ in range(jobs):
+        draws = model.sample(WORKERS, rng, size=256)
+        p = plan(ModelView(WORKERS, draws, jobs=model.jobs), K, SPLINE, error=error, max_n=16)
+        d = {w: float(rng.lognormal(0, 0.05)) * (20 if w in slow else 1) for w in p.workers}
+        end = sorted(d.values())[p.chosen.k - 1] * 1.05  # decode, then the clean-up
+        model.observe_job(
+            TaskObservation(w, w.split("//")[1].rsplit(".", 1)[0], min(t, end), t <= end)
+            for w, t in d.items()
+        )
+        plans.append(p)
+    return plans
+
+
+def test_a_moving_slow_set_is_followed_within_a_few_jobs():
+    rng = np.random.default_rng(8)
+    model = LatencyModel()
+    first, then = set(WORKERS[:3]), set(WORKERS[8:11])
+    before = simulate(model, rng, first, 20)
+    assert not first & set(before[-1].workers)
+    pre = np.median([p.chosen.time for p in before[-5:]])
+    after = simulate(model, rng, then, 10)
+    recovered = next((j for j, p in enumerate(after) if not then & set(p.workers)), None)
+    assert recovered is not None and recovered < 10, [sorted(then & set(p.workers)) for p in after]
+    assert after[-1].chosen.time <= 1.1 * pre
+    # the first slow set recovered: its workers are drawn like the others again in time
+    assert not then & set(after[-1].workers)
+
+
+def test_heavy_stragglers_learned_through_censoring():
+    """A first-k decode cuts most stragglers short: the model must still see them."""
+    rng = np.random.default_rng(9)
+    model = LatencyModel()
+    for _ in range(30):
+        d = {w: float(rng.lognormal(0, 0.05)) * (20 if rng.random() < 0.3 else 1) for w in WORKERS}
+        end = sorted(d.values())[11] * 1.2  # the default: 12 of 16 plus its grace
+        model.observe_job(TaskObservation(w, "h", min(t, end), t <= end) for w, t in d.items())
+    p_late = np.mean([model.predict(w).p_late for w in WORKERS])
+    assert 0.2 < p_late < 0.45
+    draws = model.sample(WORKERS, rng, size=512)
+    p = plan(
+        ModelView(WORKERS, draws, jobs=model.jobs), K, SPLINE, error=0.1, max_n=16, calibration=0.6
+    )
+    assert p.chosen.N == 16 and p.chosen.k <= 10
+
+
+# -- one cluster run per regime: behaviour ---------------------------------------------------
+
+
+def f(x):
+    time.sleep(0.02)
+    return np.tanh(x)
+
+
+DATA = smooth_blocks(K, 4, 3, np.random.default_rng(0)).reshape(K * 4, 3)
+NTHREADS = [("127.0.0.1", 1)] * 16
+
+
+@contextlib.contextmanager
+def quiet():
+    """Approximate answers warn when their estimate is large: expected here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dask_bacc.ApproximationWarning)
+        yield
+
+
+async def run(c, s, workers, jobs, **kw):
+    """``jobs`` coded jobs one after the other, each on an idle cluster."""
+    out = []
+    for _ in range(jobs):
+        job = await dask_bacc.submit_coded(f, DATA, n_blocks=K, client=c, **kw)
+        with quiet():
+            await job
+        out.append(job)
+        await idle(workers)
+    return out
+
+
+async def model_jobs(s, n):
+    from dask_bacc.diagnostics import PLUGIN_NAME
+
+    while s.plugins.get(PLUGIN_NAME) is None or s.plugins[PLUGIN_NAME].model.jobs < n:
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=NTHREADS, timeout=180)
+async def test_cluster_heavy_regime_leaves_room_for_the_stragglers(c, s, *workers):
+    first = await run(c, s, workers, 1, n_coded="auto", wait="auto", error=0.1)
+    assert first[0].report.auto["chosen"] is None  # no model yet: the defaults
+    assert "defaults" in first[0].report.auto["reason"]
+    assert first[0].report.N == 16 and first[0].report.wait_target == 12
+    async with inject_stragglers(Bimodal(p=0.3, delay=2.0), seed=1, client=c):
+        # warm-up with the default wait (12 of 16): it often waits for a straggler, so
+        # the model sees lateness directly as well as through the tasks cut short
+        await run(c, s, workers, 6, n_coded=16, wait=12)
+        await model_jobs(s, 7)
+        jobs = await run(c, s, workers, 3, n_coded="auto", wait="auto", error=0.1)
+    # the first auto job plans with the reference's accuracy (no calibration yet)
+    chosen = jobs[0].report.auto["chosen"]
+    assert jobs[0].report.auto["calibration"] == 1.0
+    assert chosen["error"] <= 0.1
+    # room for the stragglers: about 30% of tasks are late, and the plan is not predicted
+    # to wait for one even at its 90th percentile
+    assert chosen["N"] - chosen["k"] >= 0.3 * chosen["N"], jobs[0].report.auto
+    assert chosen["p90"] < 1.5, jobs[0].report.auto
+    for job in jobs:
+        chosen = job.report.auto["chosen"]
+        assert chosen is not None
+        assert job.report.N == chosen["N"] and job.report.wait_target == chosen["k"]
+        assert len(set(job.report.workers)) == job.report.N  # one task per worker
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=NTHREADS, timeout=180)
+async def test_cluster_stationary_regime_decodes_within_budget(c, s, *workers):
+    async with inject_stragglers(Bimodal(p=0.1, delay=5.0), seed=2, client=c):
+        await run(c, s, workers, 6, n_coded=16, wait=10)
+        await model_jobs(s, 6)
+        jobs = await run(c, s, workers, 3, code="auto", error=0.1)
+    exact = f(DATA)
+    for job in jobs:
+        chosen = job.report.auto["chosen"]
+        assert chosen is not None and job.report.code["name"] in (
+            "spline",
+            "berrut",
+            "repetition",
+            "uncoded",
+        )
+        assert chosen["N"] <= 16 and chosen["error"] <= 0.1
+        assert job.report.status == "finished"
+    out = await dask_bacc.submit_coded(f, DATA, n_blocks=K, client=c, code="auto", error=0.1)
+    with quiet():
+        got = await out
+    assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < 0.3
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=NTHREADS, timeout=180)
+async def test_cluster_moving_slow_set_is_avoided(c, s, *workers):
+    names = [str(w.name) for w in workers]
+    addr = {str(w.name): w.address for w in workers}
+    first, then = names[:3], names[8:11]
+    async with inject_stragglers(SlowWorkers(tuple(first), delay=5.0), client=c):
+        await run(c, s, workers, 6)
+        jobs = await run(c, s, workers, 4, n_coded="auto", wait="auto", error=0.2)
+    assert not {addr[n] for n in first} & set(jobs[-1].report.workers)
+    async with inject_stragglers(SlowWorkers(tuple(then), delay=5.0), client=c):
+        jobs = await run(c, s, workers, 10, n_coded="auto", wait="auto", error=0.2)
+    avoided = [not {addr[n] for n in then} & set(j.report.workers) for j in jobs]
+    assert any(avoided), [sorted(j.report.workers) for j in jobs]
+    assert avoided[-1]
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=NTHREADS, timeout=180)
+async def test_cluster_coded_data_adapts_between_calls(c, s, *workers):
+    names = [str(w.name) for w in workers]
+    addr = {str(w.name): w.address for w in workers}
+    async with inject_stragglers(SlowWorkers(tuple(names[:2]), delay=5.0), client=c):
+        await run(c, s, workers, 6)
+        await model_jobs(s, 6)
+        data = await dask_bacc.encode(DATA, n_coded="auto", n_blocks=K, client=c, error=0.2)
+        assert data.auto["chosen"] is not None
+        assert not {addr[n] for n in names[:2]} & set(data.workers)
+    # the worker of share 0 becomes slow
+    name0 = next(str(w.name) for w in workers if w.address == data.workers[0])
+    async with inject_stragglers(SlowWorkers((name0,), delay=5.0), client=c):
+        calls = []
+        for _ in range(8):
+            job = await data.submit(f, wait="auto", error=0.2)
+            with quiet():
+                await job
+            calls.append(job)
+            await idle(workers)
+    # the share on the worker that became slow is evaluated elsewhere once the model knows
+    assert calls[-1].report.rerouted.get(0) not in (None, data.workers[0])
+    assert all(j.report.auto is not None for j in calls)
+    data.release()
+
+
+def test_bad_auto_input_is_refused_before_anything_runs():
+    with pytest.raises(ValueError, match="error= is the error budget"):
+        dask_bacc.submit_coded(f, DATA, error=0.1, client=object())
+    with pytest.raises(ValueError, match="positive"):
+        dask_bacc.submit_coded(f, DATA, n_coded="auto", error=-1.0, client=object())
+    with pytest.raises(TypeError):
+        dask_bacc.submit_coded(f, DATA, n_coded="auto", error="x", client=object())
+    with pytest.raises(ValueError, match="Code instance"):
+        dask_bacc.submit_coded(
+            f, DATA, code=get_code("berrut", K, 12), n_coded="auto", client=object()
+        )
