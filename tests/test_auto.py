@@ -64,28 +64,54 @@ def test_expected_error_falls_with_more_results_and_exact_codes_are_exact():
         expected_error(code, 17)
 
 
-def test_calibration_follows_the_jobs_estimates():
+def curve_points(code, ks, est):
+    """One job's points: the estimate ``est(model error)`` at each k of ``ks``."""
+    return [(k, est(expected_error(code, k))) for k in ks]
+
+
+def test_calibration_starts_at_the_model_and_learns_a_constant_factor():
     code = get_code("berrut", K, 12)
-    model = expected_error(code, 8)
     cal = Calibration(size=2)
-    assert cal.factor("f") == 1.0
-    cal.observe("f", code, 8, 3 * model)  # one job moves it by the weight, from 1
-    assert cal.factor("f") == pytest.approx(0.7 + 0.3 * 3)
+    m9 = expected_error(code, 9)
+    assert cal.scale("f")(m9) == pytest.approx(m9)  # never seen: the model itself
+    cal.observe("f", code, curve_points(code, [10, 9, 8], lambda e: 3 * e))
+    assert m9 < cal.scale("f")(m9) < 3 * m9  # one job moves it part of the way
     for _ in range(30):
-        cal.observe("f", code, 8, 3 * model)  # f loses 3x the reference
-    assert cal.factor("f") == pytest.approx(3.0, rel=0.01)
-    # a ratio of means: exact decodes (estimate 0) pull the factor down, as they do the
-    # mean error the budget bounds
-    cal.observe("f", code, 8, 0.0)
-    assert cal.factor("f") == pytest.approx(0.7 * 3.0, rel=0.01)
+        cal.observe("f", code, curve_points(code, [10, 9, 8], lambda e: 3 * e))
+    for k in (8, 10, 11):
+        assert cal.scale("f")(expected_error(code, k)) == pytest.approx(
+            3 * expected_error(code, k), rel=0.05
+        )
+    assert cal.scale("f")(0.0) == 0.0  # an exact decode stays exact
+
+
+def test_calibration_learns_a_flat_error_curve_from_the_shorter_waits():
+    """A nonlinear f whose error barely falls with more results: a job that waited for
+    11 of 16 must not make 9 of 16 look far worse than it is (a single factor would)."""
+    code = get_code("systematic-spline", K, 16)
+    cal = Calibration()
     for _ in range(30):
-        cal.observe("g", code, 8, model / 100)  # clipped at 1/20
-    assert cal.factor("g") == pytest.approx(0.05)
-    cal.observe("h", code, 8, model)
-    assert cal.factor("f") == 1.0  # bounded: the oldest function is forgotten
-    cal.observe("h", get_code("repetition", K, 12), 8, 0.5)  # exact: ignored
-    cal.observe("h", code, 8, math.nan)  # no estimate: ignored
-    assert cal.factor("h") == pytest.approx(1.0)
+        cal.observe(
+            "f", code, curve_points(code, [11, 10, 9, 8], lambda e: 0.08 * (e / 0.05) ** 0.2)
+        )
+    _, b, _ = cal.fit("f")
+    assert b == pytest.approx(0.2, abs=0.05)
+    m9, m11 = expected_error(code, 9), expected_error(code, 11)
+    assert cal.scale("f")(m9) == pytest.approx(0.08 * (m9 / 0.05) ** 0.2, rel=0.05)
+    assert cal.scale("f")(m9) / cal.scale("f")(m11) < 0.5 * m9 / m11
+
+
+def test_calibration_ignores_what_says_nothing_and_is_bounded():
+    code = get_code("berrut", K, 12)
+    cal = Calibration(size=2)
+    m8 = expected_error(code, 8)
+    cal.observe("f", code, [(8, 0.0), (7, math.nan)])  # exact decode, unknown estimate
+    cal.observe("f", get_code("repetition", K, 12), [(8, 0.5)])  # exact code
+    assert cal.scale("f")(m8) == pytest.approx(m8)
+    for name in ("f", "g", "h"):
+        cal.observe(name, code, [(8, 4 * m8)])
+    assert cal.scale("f")(m8) == pytest.approx(m8)  # the oldest function is forgotten
+    assert cal.scale("h")(m8) > m8
 
 
 # -- the planner on synthetic draws --------------------------------------------------------------
@@ -287,9 +313,8 @@ async def test_cluster_heavy_regime_leaves_room_for_the_stragglers(c, s, *worker
         await run(c, s, workers, 6, n_coded=16, wait=12)
         await model_jobs(s, 7)
         jobs = await run(c, s, workers, 3, n_coded="auto", wait="auto", error=0.1)
-    # the first auto job plans with the reference's accuracy (no calibration yet)
+    # the first planned job: its calibration learned from one job only (the first)
     chosen = jobs[0].report.auto["chosen"]
-    assert jobs[0].report.auto["calibration"] == 1.0
     assert chosen["error"] <= 0.1
     # room for the stragglers: about 30% of tasks are late, and the plan is not predicted
     # to wait for one even at its 90th percentile
@@ -364,8 +389,10 @@ async def test_cluster_coded_data_adapts_between_calls(c, s, *workers):
                 await job
             calls.append(job)
             await idle(workers)
-    # the share on the worker that became slow is evaluated elsewhere once the model knows
-    assert calls[-1].report.rerouted.get(0) not in (None, data.workers[0])
+    # the share on the worker that became slow is evaluated elsewhere once the model knows;
+    # not always: while it is not used, the model forgets, and it is tried again
+    moved = [j.report.rerouted.get(0) not in (None, data.workers[0]) for j in calls]
+    assert sum(moved[4:]) >= 2, [j.report.rerouted for j in calls]
     assert all(j.report.auto is not None for j in calls)
     data.release()
 

@@ -11,7 +11,7 @@ Times are in units of the job's median task (the model is relative): the time to
 of a setting is when its wait policy is met, the k-th of its N draws for a first-k wait.
 The error is :func:`dask_bacc.codes.predict.expected_error` (the reference signal of the
 accuracy benchmark, k random results of N) times the calibration that the jobs' own error
-estimates give (:class:`Calibration`: their mean over the model's mean).
+estimates give (:class:`Calibration`, fitted per function).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class Plan:
         Why this option, in words.
     error_budget : float
     calibration : float
-        The factor applied to the reference error.
+        The chosen option's predicted error over the reference's (1 for exact codes).
     jobs : int
         Jobs the straggler model had learned from.
     """
@@ -201,42 +201,77 @@ def _times(code: Code, L: NDArray[np.float64], ks: Sequence[int]) -> dict[int, N
 
 
 class Calibration:
-    """How the jobs' own error estimates compare with the accuracy model, per function.
+    """What the jobs' own error estimates say of the accuracy model, per function.
 
-    The factor for a function is the ratio of two exponentially weighted means over its
-    recent approximate jobs: of the job's error estimate (0 when its set decoded exactly),
-    and of the model's prediction for the code and the number of results it decoded from
-    (:func:`~dask_bacc.codes.predict.expected_error`). It so absorbs both what f and the
-    data lose beyond the reference and what the placement gains over random subsets (the
-    fastest workers run the systematic tasks). Clipped to [0.05, 20]; 1 for a function
-    never seen. A ratio of means, not a mean of ratios, because the budget bounds the
-    mean error. A new function starts at 1, as if one earlier job had matched the model.
-    Kept in the client process, bounded.
+    A function's error need not follow the reference's: a nonlinear f may lose more, and
+    gain less from each extra result. The calibration fits, per function, the jobs'
+    error estimates against the model's prediction for the same code and number of
+    results, in logs: ``log est = c + b (log model - x0)``. Each approximate job gives the
+    estimate of its own decode and, from the same results, the estimates of decoding
+    from its first m arrivals for a few m below (what a shorter wait would have given:
+    ``JobQuality.fewer_results``), so the slope ``b`` shows within one job. The fit is
+    exponentially weighted over jobs (``weight`` per job) and starts from the model
+    itself (``c = x0``, ``b = 1``, as if from one earlier job): a new function starts at
+    the model and one job's luck moves it part of the way. The prediction is the fitted
+    typical error times ``exp(s^2 / 2)``, s the spread of the estimates about the fit
+    (the mean of a log-normal error: the budget bounds the mean). Kept in the client
+    process, bounded to ``size`` functions.
     """
+
+    #: the log error about which the fit is centred (a budget of about 5%)
+    x0 = math.log(0.05)
 
     def __init__(self, weight: float = 0.3, size: int = 256):
         self.weight = weight
         self.size = size
-        self._means: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        # per function: EW means of 1, u, y, uu, uy, yy (u = log model - x0, y = log est)
+        self._sums: OrderedDict[str, NDArray[np.float64]] = OrderedDict()
 
-    def factor(self, func: str) -> float:
-        est, model = self._means.get(func, (1.0, 1.0))
-        return 1.0 if model <= 0 else min(max(est / model, 0.05), 20.0)
+    def _prior(self) -> NDArray[np.float64]:
+        """The sums of the model itself: two points, u = -1 and 1, with y = x0 + u."""
+        x0 = self.x0
+        return np.array([1.0, 0.0, x0, 1.0, 1.0, x0 * x0 + 1.0])
 
-    def observe(self, func: str, code: Code, k: int, estimate: float) -> None:
-        """Learn from a job of ``code`` that decoded from ``k`` results with ``estimate``."""
-        if code.exact or not math.isfinite(estimate) or estimate < 0:
+    def observe(self, func: str, code: Code, points: Sequence[tuple[int, float]]) -> None:
+        """Learn from a job of ``code``: ``points`` are (results decoded from, estimate)."""
+        if code.exact:
             return
-        model = expected_error(code, k)
-        if not math.isfinite(model):
-            return
-        # a function never seen starts from the model (factor 1), so one job's luck
-        # moves the factor by ``weight`` of its ratio, not all the way
-        est, ref = self._means.pop(func, (model, model))
+        rows = []
+        for m, est in points:
+            model = expected_error(code, m) if code.min_results <= m <= code.N else math.nan
+            if 0 < est < math.inf and 0 < model < math.inf:
+                rows.append((math.log(model) - self.x0, math.log(est)))
+        if not rows:
+            return  # exact decodes (estimate 0) say nothing of the curve
+        u, y = np.array(rows).T
+        job = np.array([1.0, u.mean(), y.mean(), (u * u).mean(), (u * y).mean(), (y * y).mean()])
+        old = self._sums.pop(func, None)
         w = self.weight
-        self._means[func] = ((1 - w) * est + w * estimate, (1 - w) * ref + w * model)
-        while len(self._means) > self.size:
-            self._means.popitem(last=False)
+        self._sums[func] = (1 - w) * (self._prior() if old is None else old) + w * job
+        while len(self._sums) > self.size:
+            self._sums.popitem(last=False)
+
+    def fit(self, func: str) -> tuple[float, float, float]:
+        """``(c, b, s2)``: the fit's log error at ``x0``, its slope, and the spread of the
+        estimates about it."""
+        W, U, Y, UU, UY, YY = self._sums.get(func, self._prior())
+        var = UU - U * U / W
+        # the prior's spread never vanishes entirely (0.7^n): var > 0
+        b = min(max((UY - U * Y / W) / var, 0.1), 2.0) if var > 1e-12 else 1.0
+        c = (Y - b * U) / W
+        s2 = (YY - 2 * c * Y - 2 * b * UY + c * c * W + 2 * c * b * U + b * b * UU) / W
+        return float(c), float(b), min(max(float(s2), 0.0), 2.0)
+
+    def scale(self, func: str) -> Callable[[float], float]:
+        """The function's predicted error from the model's (0 stays 0)."""
+        c, b, s2 = self.fit(func)
+
+        def predict(model: float) -> float:
+            if model <= 0 or not math.isfinite(model):
+                return model
+            return math.exp(c + b * (math.log(model) - self.x0) + s2 / 2)
+
+        return predict
 
 
 def plan(
@@ -248,7 +283,7 @@ def plan(
     max_n: int,
     n_coded: int | None = None,
     wait: Callable[[Code], int] | None = None,
-    calibration: float = 1.0,
+    calibration: float | Callable[[float], float] = 1.0,
     tolerance: float = 0.05,
     late_cost: float = 4.0,
     placement: Sequence[str] | None = None,
@@ -272,8 +307,9 @@ def plan(
     wait : callable, optional
         ``wait(code)``: the fixed number of results to wait for with ``code`` (the user's
         wait policy); chosen when None. Exact codes always wait for their own rule.
-    calibration : float
-        Factor on the reference error (:class:`Calibration`).
+    calibration : float or callable
+        The predicted error from the reference's (:meth:`Calibration.scale`), or a
+        factor on it.
     tolerance : float
         Options within this fraction of the fastest count as equally fast; among them the
         one with fewest tasks wins (then the most accurate).
@@ -325,8 +361,10 @@ def plan(
     if not groups:
         raise ValueError(f"no setting to weigh: K={K}, N <= {min(max_n, W)}, n_coded={n_coded}")
 
+    scale = calibration if callable(calibration) else (lambda e: e * float(calibration))
+
     def err(code: Code, o: Option) -> Option:
-        e = 0.0 if code.exact else expected_error(code, o.k) * calibration
+        e = 0.0 if code.exact else scale(expected_error(code, o.k))
         return Option(o.code, o.N, o.k, o.time, o.p90, e)
 
     # the error falls as k grows: bisect for each group's first option within budget
@@ -370,13 +408,14 @@ def plan(
     else:
         for rank, i in enumerate(index_order(code)):
             workers[i] = view.workers[order[rank]]
+    ref = 0.0 if code.exact else expected_error(code, chosen.k)
     return Plan(
         chosen=chosen,
         workers=workers,
         alternatives=sorted((o for o in alternatives if o != chosen), key=lambda o: o.time)[:8],
         reason=reason,
         error_budget=error,
-        calibration=calibration,
+        calibration=chosen.error / ref if 0 < ref < math.inf else 1.0,
         jobs=view.jobs,
     )
 

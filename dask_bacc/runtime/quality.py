@@ -258,6 +258,34 @@ class JobQuality:
         rep.estimate_method = estimate.method
         self._warn(estimate, used)
 
+    def fewer_results(self, steps: int = 3) -> list[tuple[int, float]]:
+        """What a shorter wait would have given: the error estimates of decoding from the
+        first m results to arrive, for m from one fewer than the decode used down to
+        ``steps`` fewer (not below the code's minimum), from the sketches already here.
+
+        For auto mode's calibration, after the job: ``[(m, estimate), ...]``; empty for
+        an exact code or when a sketch is missing.
+        """
+        rep = self.job.report
+        used = list(rep.returned)
+        if self.code.exact or not used:
+            return []
+        have, Y = self._stack(used)
+        if Y is None or len(have) != len(used):
+            return []
+        order = sorted(range(len(have)), key=lambda p: rep.arrival.get(have[p], math.inf))
+        out = []
+        for m in range(len(have) - 1, max(len(have) - 1 - steps, self.code.min_results - 1), -1):
+            pos = sorted(order[:m])
+            sub = [have[p] for p in pos]
+            if self.code.is_exact(sub):
+                out.append((m, 0.0))
+            else:
+                est = estimate_error(self.code, Y[pos], sub, transform=self.transform).overall
+                if math.isfinite(est):
+                    out.append((m, float(est)))
+        return out
+
     def _add_suspects(
         self, estimate: ErrorEstimate, Y: FloatArray, have: list[int], suspects: list[int]
     ) -> None:

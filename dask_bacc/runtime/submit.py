@@ -238,7 +238,7 @@ def plan_job(
         max_n=max_n,
         n_coded=n_coded,
         wait=fixed_wait,
-        calibration=_calibration.factor(func_name),
+        calibration=_calibration.scale(func_name),
         tolerance=float(config.get("auto.tolerance")),
         late_cost=float(config.get("auto.late-cost")),
         placement=placement,
@@ -249,7 +249,8 @@ def learn_calibration(job: CodedJob) -> None:
     """After an auto job: how its error estimate compares with the reference's."""
     rep = job.report
     if rep.status == "finished" and rep.error_estimate is not None and rep.returned:
-        _calibration.observe(rep.func, job.code, len(rep.returned), rep.error_estimate)
+        points = [(len(rep.returned), rep.error_estimate), *job.quality.fewer_results()]
+        _calibration.observe(rep.func, job.code, points)
 
 
 async def _auto_setup(
