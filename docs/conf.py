@@ -58,6 +58,7 @@ exclude_patterns = [
     # benchmark outputs: tables and JSON written by benchmarks/ next to their figures;
     # the user-guide pages quote them and link to them as files
     "accuracy/**",
+    "adaptive/**",
     "bench/**",
     "iterative/**",
 ]

@@ -395,7 +395,7 @@ def encode(
     error : float, optional
         With ``n_coded="auto"`` (and ``code="auto"``): N (and the code) are chosen from
         the scheduler's straggler model as in :func:`dask_bacc.map_coded`, within this
-        error budget (default ``bacc.auto.error``); :attr:`CodedData.auto` says what was
+        error budget (default ``bacc.auto.error``); ``CodedData.auto`` says what was
         chosen. Each :meth:`CodedData.map` with ``wait="auto"`` then adapts the wait and
         the placement.
 
