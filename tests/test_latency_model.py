@@ -210,6 +210,28 @@ def test_sampling_reproduces_the_quantiles():
     assert np.array_equal(again, draws[:, :8])  # seeded: reproducible
 
 
+def test_a_straggler_cut_short_is_drawn_as_long_as_those_that_finished():
+    """A late task known only as "at least 2x" is drawn like the stragglers that did
+    finish (20x), not as its lower bound: a planner must not think stragglers short."""
+    model = LatencyModel(late_factor=1.5)
+    for k in range(12):
+        d = [1.0] * 8
+        d[k % 8] = 20.0 if k % 3 == 0 else 2.0  # a third of the stragglers finished
+        model.observe_job(job(d, finished={WORKERS[k % 8]: k % 3 == 0}))
+    draws = model.sample(WORKERS, np.random.default_rng(1), size=2000)
+    late = draws[draws > 1.5]
+    assert len(late) > 0
+    assert np.all(late == 20.0)  # every lower bound (2) imputed from the finished ones
+    # with no straggler ever finished, the bound stays (nothing to impute from)
+    bounds = LatencyModel(late_factor=1.5)
+    for k in range(12):
+        d = [1.0] * 8
+        d[k % 8] = 2.0
+        bounds.observe_job(job(d, finished={WORKERS[k % 8]: False}))
+    late = bounds.sample(WORKERS, np.random.default_rng(1), size=2000)
+    assert np.all(late[late > 1.5] == 2.0)
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError):
         LatencyModel(late_factor=1.0)

@@ -82,6 +82,9 @@ class WorkerPrediction:
 #: the prediction when nothing is known: never late, always at the median
 NOTHING_KNOWN = WorkerPrediction(p_late=0.0, q50=1.0, q90=1.0, q99=1.0, n_eff=0.0)
 
+#: kinds of latency sample: on time, late (it finished), late and cut short (a lower bound)
+ON_TIME, LATE, CUT = 0, 1, 2
+
 
 class _Tally:
     """Exponentially forgotten counts and recent relative latencies of a worker, a host
@@ -97,8 +100,9 @@ class _Tally:
         # late, and those with j late too
         self.pairs = 0.0
         self.pair_late = 0.0
-        # (job, relative latency, late)
-        self.samples: deque[tuple[int, float, bool]] = deque(maxlen=samples)
+        # (job, relative latency, kind): ON_TIME, LATE, or CUT (late, cut short: the
+        # latency is a lower bound)
+        self.samples: deque[tuple[int, float, int]] = deque(maxlen=samples)
 
     def decay(self, job: int, factor: float) -> None:
         if job != self.at:
@@ -109,10 +113,10 @@ class _Tally:
             self.pair_late *= f
             self.at = job
 
-    def add(self, job: int, rel: float, late: bool) -> None:
+    def add(self, job: int, rel: float, late: bool, cut: bool = False) -> None:
         self.n += 1.0
         self.late += late
-        self.samples.append((job, rel, late))
+        self.samples.append((job, rel, CUT if late and cut else LATE if late else ON_TIME))
 
     def add_censored(self, credit: float) -> None:
         """A task cut short before the threshold: late with probability ``credit``."""
@@ -124,13 +128,17 @@ class _Tally:
         long ago, drifts back to the prior and is tried again."""
         return (self.late + prior) / (self.n + 1.0)
 
-    def pool(self, job: int, factor: float, late: bool) -> tuple[np.ndarray, np.ndarray]:
-        """The relative latencies of the on-time (or late) samples and their weights."""
-        rows = [(j, r) for j, r, lt in self.samples if lt == late]
+    def pool(
+        self, job: int, factor: float, late: bool, kinds: tuple[int, ...] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The relative latencies of the on-time (or late) samples, their weights and
+        whether each is a lower bound (cut short); only samples of ``kinds`` if given."""
+        want = kinds if kinds is not None else ((LATE, CUT) if late else (ON_TIME,))
+        rows = [(j, r, kind == CUT) for j, r, kind in self.samples if kind in want]
         if not rows:
-            return np.empty(0), np.empty(0)
+            return np.empty(0), np.empty(0), np.empty(0, dtype=bool)
         arr = np.array(rows, dtype=float)
-        return arr[:, 1], factor ** (job - arr[:, 0])
+        return arr[:, 1], factor ** (job - arr[:, 0]), arr[:, 2] > 0
 
     def quantiles(self, job: int, factor: float) -> tuple[float, float, float]:
         if not self.samples:
@@ -153,12 +161,33 @@ class _Tally:
 
 
 def _draw(
-    rng: np.random.Generator, pool: tuple[np.ndarray, np.ndarray], n: int, empty: float
+    rng: np.random.Generator,
+    pool: tuple[np.ndarray, np.ndarray, np.ndarray],
+    n: int,
+    empty: float,
+    finished: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    values, weights = pool
+    """``n`` latencies drawn from ``pool`` (by weight); a draw that is a lower bound is
+    replaced by a draw from the ``finished`` latencies at or above it, when there are any
+    (a straggler cut short takes what the stragglers that did finish took)."""
+    values, weights, cut = pool
     if not len(values):
         return np.full(n, empty)
-    return rng.choice(values, size=n, p=weights / weights.sum())
+    idx = rng.choice(len(values), size=n, p=weights / weights.sum())
+    out = values[idx]
+    bound = cut[idx]
+    if finished is None or not len(finished[0]) or not bound.any():
+        return out
+    order = np.argsort(finished[0])
+    fv, cum = finished[0][order], np.concatenate([[0.0], np.cumsum(finished[1][order])])
+    low = out[bound]
+    start = np.searchsorted(fv, low)  # the first finished latency at or above the bound
+    ok = start < len(fv)
+    # by weight among those at or above the bound
+    u = cum[start[ok]] + rng.random(int(ok.sum())) * (cum[-1] - cum[start[ok]])
+    low[ok] = fv[np.minimum(np.searchsorted(cum, u, side="right") - 1, len(fv) - 1)]
+    out[bound] = low
+    return out
 
 
 class LatencyModel:
@@ -238,13 +267,14 @@ class LatencyModel:
             if not t.finished and not late:
                 self._censored(t, rel, ontime)
                 continue
+            cut = not t.finished
             w = self._tally(self.workers, t.worker)
             w.decay(job, factor)
-            w.add(job, rel, late)
+            w.add(job, rel, late, cut)
             h = self._tally(self.hosts, t.host)
             h.decay(job, factor)
-            h.add(job, rel, late)
-            self.cluster.add(job, rel, late)
+            h.add(job, rel, late, cut)
+            self.cluster.add(job, rel, late, cut)
             self.host_of[t.worker] = t.host
             counts = per_host.setdefault(t.host, [0, 0])
             counts[0] += 1
@@ -258,12 +288,12 @@ class LatencyModel:
         return True
 
     def _censored(
-        self, t: TaskObservation, rel: float, ontime: tuple[np.ndarray, np.ndarray]
+        self, t: TaskObservation, rel: float, ontime: tuple[np.ndarray, np.ndarray, np.ndarray]
     ) -> None:
         """Credit a task cut short at ``rel`` below the threshold as late with probability
         ``p / (p + (1 - p) s(rel))``: p its worker's rate of lateness, s(rel) the share of
         on-time tasks that run longer than ``rel`` (Bayes' rule on "still running")."""
-        values, weights = ontime
+        values, weights, _ = ontime
         # shrunk by half a task: never 0, however few on-time tasks were seen
         s = (float(weights[values > rel].sum()) + 0.5) / (float(weights.sum()) + 1.0)
         p = self._rate(t.worker, t.host)
@@ -354,8 +384,10 @@ class LatencyModel:
         from the worker's recent on-time latencies (the cluster's while it has fewer than
         4), a late one from its late latencies (its host's, then the cluster's when it has
         none; ``late_factor`` when no task was ever late). Samples weigh as in the
-        quantiles. Workers are drawn independently of each other; a late latency of a task
-        cut short is its lower bound.
+        quantiles. A late latency known only as a lower bound (a task cut short) is
+        replaced by one of the late tasks that finished at or above it (the worker's, its
+        host's, then the cluster's), or stays the bound when none did. Workers are drawn
+        independently of each other.
 
         Parameters
         ----------
@@ -376,6 +408,7 @@ class LatencyModel:
         job, factor = self.jobs, self._factor
         cluster_on = self.cluster.pool(job, factor, late=False)
         cluster_late = self.cluster.pool(job, factor, late=True)
+        cluster_done = self.cluster.pool(job, factor, True, kinds=(LATE,))
         for k, worker in enumerate(workers):
             host = self.host_of.get(worker)
             w, h = self.workers.get(worker), self.hosts.get(host or "")
@@ -390,9 +423,17 @@ class LatencyModel:
                 ),
                 cluster_late,
             )
+            done = next(
+                (
+                    pool
+                    for t in (w, h)
+                    if t is not None and len((pool := t.pool(job, factor, True, (LATE,)))[0])
+                ),
+                cluster_done,
+            )
             is_late = rng.random(size) < self._rate(worker, host)
             out[:, k] = _draw(rng, on, size, 1.0)
-            out[is_late, k] = _draw(rng, late, int(is_late.sum()), self.late_factor)
+            out[is_late, k] = _draw(rng, late, int(is_late.sum()), self.late_factor, done)
         return out
 
     # -- read-out -------------------------------------------------------------------------------
