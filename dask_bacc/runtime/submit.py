@@ -334,7 +334,8 @@ async def _submit(
         data_blocks = adapt(data, **labels)
     else:
         data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
-    if isinstance(code, str) and code.lower() == "speculative":
+    speculative = isinstance(code, str) and code.lower() == "speculative"
+    if speculative:
         if adversaries:
             raise ValueError("adversaries= is implemented for the Berrut codes, not speculative")
         if n_coded is not None or wait is not None:
@@ -372,6 +373,18 @@ async def _submit(
             avoid,
             func_name,
         )
+    else:
+        auto = None
+        if adversaries and n_coded is None and isinstance(code, str):
+            default = default_n_coded(code.lower(), data_blocks.K, n_workers, code_options)
+            n_coded = robust_n_coded(data_blocks.K, adversaries, n_workers, default)
+        spare = max(n_workers - len(set(avoid) & set(workers)), 1)  # default N: off `avoid`
+        coder = _build_code(code, data_blocks.K, n_coded, spare, code_options)
+        policy = resolve_wait(wait, coder)
+        if adversaries:  # before anything is submitted: N and wait must allow locating them
+            policy = robust_policy(coder, policy, wait is not None, adversaries)
+        placement = _place(workers, coder.N, avoid)
+    if not speculative:
         job = CodedJob(
             client,
             coder,
@@ -386,29 +399,6 @@ async def _submit(
             transform=transform,
         )
         job.report.auto = auto
-    else:
-        if adversaries and n_coded is None and isinstance(code, str):
-            default = default_n_coded(code.lower(), data_blocks.K, n_workers, code_options)
-            n_coded = robust_n_coded(data_blocks.K, adversaries, n_workers, default)
-        spare = max(n_workers - len(set(avoid) & set(workers)), 1)  # default N: off `avoid`
-        coder = _build_code(code, data_blocks.K, n_coded, spare, code_options)
-        policy = resolve_wait(wait, coder)
-        if adversaries:  # before anything is submitted: N and wait must allow locating them
-            policy = robust_policy(coder, policy, wait is not None, adversaries)
-        placement = _place(workers, coder.N, avoid)
-        job = CodedJob(
-            client,
-            coder,
-            data_blocks,
-            func,
-            args,
-            kwargs,
-            policy,
-            timeout,
-            combine,
-            placement,
-            transform=transform,
-        )
     job.progress = progress
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()
