@@ -152,7 +152,7 @@ def _adapt(
     )
 
 
-#: how the jobs' error estimates compare with the reference error, per function name
+#: how the jobs' error estimates compare with the accuracy model, per function name
 _calibration = Calibration()
 
 
@@ -246,7 +246,8 @@ def plan_job(
 
 
 def learn_calibration(job: CodedJob) -> None:
-    """After an auto job: how its error estimate compares with the reference's."""
+    """After an auto job: fit its function's calibration to the job's error estimate and
+    to those of its shorter waits (the same results, fewer of them)."""
     rep = job.report
     if rep.status == "finished" and rep.error_estimate is not None and rep.returned:
         points = [(len(rep.returned), rep.error_estimate), *job.quality.fewer_results()]
