@@ -256,7 +256,7 @@ class Calibration:
         """``(c, b)``: the fit's log error at ``x0`` and its slope."""
         W, U, Y, UU, UY = self._sums.get(func, self._prior())
         var = UU - U * U / W
-        # the prior's spread never vanishes entirely (0.7^n): var > 0
+        # the prior's spread never vanishes entirely ((1 - weight)^n of it is left): var > 0
         b = min(max((UY - U * Y / W) / var, 0.1), 2.0) if var > 1e-12 else 1.0
         return float((Y - b * U) / W), float(b)
 
