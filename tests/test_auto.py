@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import math
 import time
@@ -19,12 +20,17 @@ from dask_bacc.codes import get_code
 from dask_bacc.codes.predict import expected_error
 from dask_bacc.diagnostics.latency import LatencyModel, TaskObservation
 from dask_bacc.runtime.auto import (
+    AUTO,
+    AUTO_CODES,
     Calibration,
     ModelView,
+    NoSetting,
     index_order,
     order_workers,
     plan,
 )
+from dask_bacc.runtime.submit import function_key, plan_job
+from dask_bacc.runtime.wait import resolve_wait
 from dask_bacc.testing import Bimodal, SlowWorkers, inject_stragglers, smooth_blocks
 
 K = 8
@@ -197,6 +203,42 @@ def test_code_auto_may_take_an_exact_code():
     assert p.chosen.code == "repetition" and p.chosen.N == 16  # uncoded waits for all 8
 
 
+def test_a_fixed_wait_with_code_auto_weighs_only_the_codes_that_take_it():
+    """wait=3 of K=4: repetition cannot decode from 3 results, so it is not weighed."""
+    D = bimodal_draws(np.random.default_rng(11), 0.3)
+    p = plan_job(view(D), 4, [(c, {}) for c in AUTO_CODES], 0.1, "t", wait=3)
+    code = get_code(p.chosen.code, 4, p.chosen.N)
+    assert resolve_wait(3, code).target(code) == 3 == p.chosen.k
+
+
+def test_a_fixed_n_is_kept_above_the_compute_budget_not_above_the_workers():
+    D = bimodal_draws(np.random.default_rng(12), 0.1)
+    # K = 4: auto's own budget is 2K = 8 tasks; a fixed 12 (of 16 workers) stays
+    assert plan_job(view(D), 4, SPLINE, 0.1, "t", n_coded=12, wait=AUTO).chosen.N == 12
+    with pytest.raises(NoSetting):
+        plan(view(D), 4, SPLINE, error=0.1, max_n=8, n_coded=17)
+    # fewer workers than K + 1: nothing to plan (the caller runs the defaults)
+    few = ModelView(WORKERS[:5], D[:, :5], jobs=10)
+    with pytest.raises(NoSetting):
+        plan(few, K, SPLINE, error=0.1, max_n=16)
+
+
+def test_n_coded_auto_starts_at_a_codes_threshold():
+    """Lagrange of degree 2 needs N >= 2 (K - 1) + 1 = 7 for K = 4."""
+    D = bimodal_draws(np.random.default_rng(13), 0.1)
+    p = plan_job(view(D), 4, [("lagrange", {"degree": 2})], 0.1, "t", wait=AUTO)
+    assert p.chosen.N >= 7 and p.chosen.error == 0.0
+
+
+def test_the_calibration_key_names_the_function():
+    def g(x, y):
+        return x
+
+    assert function_key(g).endswith("test_the_calibration_key_names_the_function.<locals>.g")
+    assert function_key(functools.partial(g, y=1)) == function_key(g)
+    assert function_key(np.tanh) != function_key(g)
+
+
 def test_a_fixed_placement_chooses_only_the_wait():
     rng = np.random.default_rng(7)
     D = bimodal_draws(rng, 0.0, slow={0, 1})
@@ -345,6 +387,17 @@ async def test_cluster_stationary_regime_decodes_within_budget(c, s, *workers):
         )
         assert chosen["N"] <= 16 and chosen["error"] <= 0.1
         assert job.report.status == "finished"
+        if not job.code.exact:
+            # what its shorter waits would have given, from the same results
+            k = len(job.report.returned)
+            fewer = job.quality.fewer_results()
+            assert [m for m, _ in fewer] == list(range(k - 1, k - 1 - len(fewer), -1))
+            assert len(fewer) >= 1 and all(e >= 0 for _, e in fewer)
+    from dask_bacc.runtime import submit
+
+    learned = submit._calibration
+    if any(not j.code.exact and j.report.error_estimate for j in jobs):
+        assert function_key(f) in learned._sums  # the jobs taught the calibration
     out = await dask_bacc.submit_coded(f, DATA, n_blocks=K, client=c, code="auto", error=0.1)
     with quiet():
         got = await out
@@ -408,3 +461,16 @@ def test_bad_auto_input_is_refused_before_anything_runs():
         dask_bacc.submit_coded(
             f, DATA, code=get_code("berrut", K, 12), n_coded="auto", client=object()
         )
+    with pytest.raises(ValueError, match="Code instance"):
+        dask_bacc.submit_coded(
+            f, DATA, code=get_code("berrut", K, 12), wait="auto", client=object()
+        )
+    # any spelling of "auto" is auto mode (else error= would be refused as out of place)
+    with pytest.raises(ValueError, match="positive"):
+        dask_bacc.submit_coded(f, DATA, n_coded="AUTO", error=-1.0, client=object())
+    with pytest.raises(ValueError, match="positive"):
+        dask_bacc.submit_coded(f, DATA, wait="Auto", error=-1.0, client=object())
+    import dask.array as da
+
+    with pytest.raises(ValueError, match="fixed settings"):
+        dask_bacc.coded(da.ones((8, 2), chunks=(2, 2)).map_blocks(np.tanh), n_coded="auto")

@@ -34,6 +34,7 @@ __all__ = [
     "AUTO",
     "Calibration",
     "ModelView",
+    "NoSetting",
     "Option",
     "Plan",
     "expected_latency",
@@ -43,6 +44,17 @@ __all__ = [
 
 #: the value of ``n_coded``, ``wait`` and ``code`` that asks for the planner
 AUTO = "auto"
+
+
+class NoSetting(ValueError):
+    """No setting fits: the defaults run instead (fewer workers than K + 1, a fixed N above
+    the workers, a fixed wait that no weighed code can take)."""
+
+
+def is_auto(value: object) -> bool:
+    """``value`` asks for the planner: ``"auto"``, in any case."""
+    return isinstance(value, str) and value.strip().lower() == AUTO
+
 
 #: codes ``code="auto"`` weighs (Lagrange needs f's degree, which only the user knows)
 AUTO_CODES = ("systematic-spline", "spline", "systematic-berrut", "berrut", "repetition", "uncoded")
@@ -299,12 +311,14 @@ def plan(
     error : float
         Error budget: options predicted less accurate are only taken when none is within.
     max_n : int
-        Most coded tasks allowed (the compute budget, and the workers available).
+        Most coded tasks to choose (the compute budget); never more than the workers.
     n_coded : int, optional
-        Fixed N (the user's, or the shares of a CodedData); chosen when None.
+        Fixed N (the user's, or the shares of a CodedData; kept above ``max_n``, not above
+        the workers); chosen when None.
     wait : callable, optional
         ``wait(code)``: the fixed number of results to wait for with ``code`` (the user's
-        wait policy); chosen when None. Exact codes always wait for their own rule.
+        wait policy; 0 when it does not apply to that code, which is then not weighed);
+        chosen when None, exact codes then waiting for their own rule.
     calibration : float or callable
         The predicted error from the reference's (:meth:`Calibration.scale`), or a
         factor on it.
@@ -321,6 +335,11 @@ def plan(
     Returns
     -------
     Plan
+
+    Raises
+    ------
+    NoSetting
+        When no setting can be weighed.
     """
     if placement is not None:
         if len(codes) != 1 or n_coded != len(placement):
@@ -335,18 +354,21 @@ def plan(
     # per (code, N): its options by k, fastest first, and the fewest results within budget
     groups: list[tuple[Code, list[Option]]] = []
     for name, opts in codes:
-        for N in _n_range(name, K, n_coded, min(max_n, W)):
-            code = get_code(name, K, N, **opts)
+        for N in _n_range(name, K, n_coded, min(max_n, W), W):
+            try:
+                code = get_code(name, K, N, **opts)
+            except ValueError:
+                continue  # too few tasks for this code (Lagrange's threshold)
             cols = np.empty(N, dtype=int)
             if placement is not None:
                 cols[:] = np.arange(N)  # coded index i runs on placement[i]
             else:
                 cols[index_order(code)] = np.arange(N)  # coded index -> rank of its worker
-            if code.exact:
-                ks = [min(N, code.min_results + code.check_spare)]
-            elif wait is not None:
+            if wait is not None:
                 kk = wait(code)
                 ks = [kk] if code.min_results <= kk <= N else []
+            elif code.exact:
+                ks = [min(N, code.min_results + code.check_spare)]
             else:
                 ks = list(range(max(code.min_results, (K + 1) // 2), N + 1))
             times = _times(code, D[:, cols], ks)
@@ -357,7 +379,10 @@ def plan(
             if group:
                 groups.append((code, group))
     if not groups:
-        raise ValueError(f"no setting to weigh: K={K}, N <= {min(max_n, W)}, n_coded={n_coded}")
+        raise NoSetting(
+            f"no setting to weigh: K={K}, {W} workers, at most {max_n} tasks, "
+            f"n_coded={n_coded}, the wait fixed={wait is not None}"
+        )
 
     scale = calibration if callable(calibration) else (lambda e: e * float(calibration))
 
@@ -418,9 +443,9 @@ def plan(
     )
 
 
-def _n_range(name: str, K: int, n_coded: int | None, cap: int) -> range:
+def _n_range(name: str, K: int, n_coded: int | None, cap: int, workers: int) -> range:
     if n_coded is not None:
-        return range(n_coded, n_coded + 1) if n_coded <= cap else range(0)
+        return range(n_coded, n_coded + 1) if n_coded <= workers else range(0)
     if name == "uncoded":
         return range(K, K + 1) if K <= cap else range(0)
     return range(K + 1, cap + 1)

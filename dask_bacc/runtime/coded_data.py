@@ -35,18 +35,20 @@ from ..codes.transform import Transform, TransformSpec, get_transform
 from ..collections import Blocks
 from . import _dist, keys
 from ._dist import default_client
-from .auto import AUTO, AUTO_CODES, expected_latency
+from .auto import AUTO, AUTO_CODES, NoSetting, expected_latency
 from .graph import TaskSpec, submit_graph
 from .job import CodedJob
 from .launch import SharedLaunch
 from .placement import choose_workers
 from .submit import (
     _adapt,
+    _auto_spelling,
     _build_code,
     _check_common,
     _live_workers,
     auto_view,
     check_error_budget,
+    function_key,
     learn_calibration,
     plan_job,
 )
@@ -187,7 +189,8 @@ class CodedData:
 
         if combine not in COMBINE_CHOICES:
             raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
-        auto = isinstance(wait, str) and wait == AUTO
+        wait = _auto_spelling(wait)
+        auto = wait == AUTO
         budget = check_error_budget(error, auto)
         policy = None if auto else resolve_wait(wait, self.code)
         if timeout is None:
@@ -232,8 +235,7 @@ class CodedData:
         auto = None
         if policy is None:  # wait="auto"
             assert error is not None
-            func_name = getattr(func, "__name__", type(func).__name__)
-            policy, auto = await self._adapt(placement, rerouted, error, func_name)
+            policy, auto = await self._adapt(placement, rerouted, error, function_key(func))
         job = CodedJob(
             self.client,
             self.code,
@@ -252,7 +254,8 @@ class CodedData:
         job.report.auto = auto
         await job._submit()
         if auto is not None and job._task is not None:
-            job._task.add_done_callback(lambda _: learn_calibration(job))
+            key = function_key(func)
+            job._task.add_done_callback(lambda _: learn_calibration(job, key))
         self._last = weakref.ref(job)
         return job
 
@@ -278,16 +281,19 @@ class CodedData:
             rerouted[i] = where[i] = spare.pop(0)
         code = self.code
         options = {a: v for a, v in code.get_config().items() if a not in ("name", "K", "N")}
-        chosen = plan_job(
-            view,
-            code.K,
-            [(code.name, options)],
-            error,
-            func_name,
-            n_coded=code.N,
-            wait=AUTO,
-            placement=where,
-        )
+        try:
+            chosen = plan_job(
+                view,
+                code.K,
+                [(code.name, options)],
+                error,
+                func_name,
+                n_coded=code.N,
+                wait=AUTO,
+                placement=where,
+            )
+        except NoSetting as exc:
+            return resolve_wait(None, self.code), {"chosen": None, "reason": f"{exc}: the defaults"}
         k = chosen.chosen.k
         policy = resolve_wait(None, self.code) if self.code.exact else FirstK(k)
         return policy, chosen.as_dict()
@@ -414,10 +420,11 @@ def encode(
     """
     if code is None:
         code = config.get("code")
+    code, n_coded = _auto_spelling(code), _auto_spelling(n_coded)
     _check_common(len, code, n_coded, None, code_options)
     if isinstance(code, str) and code.lower() == "speculative":
         raise ValueError("code='speculative' has no coded shares to keep: pick a code")
-    if isinstance(code, str) and code.lower() == AUTO and n_coded != AUTO:
+    if code == AUTO and n_coded != AUTO:
         raise ValueError("encode(code='auto') chooses the code with N: pass n_coded='auto'")
     error = check_error_budget(error, n_coded == AUTO)
     client = client if client is not None else default_client()
@@ -459,10 +466,14 @@ async def _encode(
         if view is not None:
             name = code.lower().replace("_", "-")
             codes = [(c, {}) for c in AUTO_CODES] if name == AUTO else [(name, code_options)]
-            chosen = plan_job(view, data_blocks.K, codes, error, "", wait=AUTO)
-            code, code_options = chosen.chosen.code, dict(codes)[chosen.chosen.code]
-            n_coded, placement, auto = chosen.chosen.N, chosen.workers, chosen.as_dict()
-        elif code == AUTO:
+            try:
+                chosen = plan_job(view, data_blocks.K, codes, error, "", wait=AUTO)
+            except NoSetting as exc:
+                auto = {"chosen": None, "reason": f"{exc}: the defaults"}
+            else:
+                code, code_options = chosen.chosen.code, dict(codes)[chosen.chosen.code]
+                n_coded, placement, auto = chosen.chosen.N, chosen.workers, chosen.as_dict()
+        if code == AUTO:
             code = str(config.get("code"))
     coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
     if placement is None:

@@ -23,7 +23,7 @@ from ..exceptions import RewriteError
 from . import _dist, keys
 from .quality import check_adversaries
 from .report import JobReport
-from .submit import AVOID_WORKERS, _check_common, submit_coded
+from .submit import AVOID_WORKERS, _check_common, _wants_auto, submit_coded
 from .wait import WaitPolicy
 
 if TYPE_CHECKING:
@@ -113,6 +113,11 @@ def coded(
         )
     if code is None:
         code = config.get("code")
+    if _wants_auto(code, n_coded, wait):
+        raise ValueError(
+            "auto mode ('auto' for code, n_coded or wait) plans each job on the client: use "
+            "map_coded, submit_coded or encode; coded() takes fixed settings"
+        )
     _check_common(call.func, code, n_coded, timeout, code_options)
     # what map_coded would reject about the data (non-numeric columns, uneven chunks...)
     # is rejected now, not at compute time inside the driver task; nothing is computed

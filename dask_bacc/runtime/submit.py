@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import math
 import numbers
 from collections.abc import Awaitable, Callable, Hashable, Mapping
@@ -19,7 +20,7 @@ from ..collections import Blocks, adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
 from . import _dist
 from ._dist import default_client
-from .auto import AUTO, AUTO_CODES, Calibration, ModelView, Plan, plan
+from .auto import AUTO, AUTO_CODES, Calibration, ModelView, NoSetting, Plan, is_auto, plan
 from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
@@ -68,7 +69,7 @@ def _check_common(
         known = [*registered_codes(), *ALIASES, "speculative", AUTO]
         if code.lower().replace("_", "-") not in known:
             raise unknown_code(code, known)
-    if n_coded == AUTO:
+    if is_auto(n_coded):
         if isinstance(code, Code):
             raise ValueError("n_coded='auto' chooses N, which a Code instance fixes")
     elif n_coded is not None:
@@ -152,12 +153,27 @@ def _adapt(
     )
 
 
-#: how the jobs' error estimates compare with the accuracy model, per function name
+logger = logging.getLogger(__name__)
+
+#: how the jobs' error estimates compare with the accuracy model, per function
 _calibration = Calibration()
 
 
 def _wants_auto(code: object, n_coded: object, wait: object) -> bool:
-    return any(isinstance(x, str) and x == AUTO for x in (code, n_coded, wait))
+    return any(is_auto(x) for x in (code, n_coded, wait))
+
+
+def _auto_spelling(value: Any) -> Any:
+    """``"Auto"``, ``"AUTO"``... as ``"auto"``; anything else as it is."""
+    return AUTO if is_auto(value) else value
+
+
+def function_key(func: Any) -> str:
+    """The name a function's calibration is kept under: module and qualified name (of the
+    wrapped function, for a ``functools.partial``)."""
+    inner = getattr(func, "func", func)
+    name = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+    return f"{getattr(inner, '__module__', None) or ''}.{name}"
 
 
 def check_error_budget(error: object, auto: bool) -> float | None:
@@ -245,13 +261,20 @@ def plan_job(
     )
 
 
-def learn_calibration(job: CodedJob) -> None:
-    """After an auto job: fit its function's calibration to the job's error estimate and
-    to those of its shorter waits (the same results, fewer of them)."""
+def learn_calibration(job: CodedJob, key: str) -> None:
+    """After an auto job: fit its function's calibration (kept under ``key``) to the job's
+    error estimate and to those of its shorter waits (the same results, fewer of them).
+
+    A done callback: a failure is logged, never raised (the job's answer is already out).
+    """
     rep = job.report
-    if rep.status == "finished" and rep.error_estimate is not None and rep.returned:
+    if rep.status != "finished" or rep.error_estimate is None or not rep.returned:
+        return
+    try:
         points = [(len(rep.returned), rep.error_estimate), *job.quality.fewer_results()]
-        _calibration.observe(rep.func, job.code, points)
+        _calibration.observe(key, job.code, points)
+    except Exception:
+        logger.warning("auto mode could not learn from job %s", rep.token, exc_info=True)
 
 
 async def _auto_setup(
@@ -267,27 +290,32 @@ async def _auto_setup(
     func_name: str,
 ) -> tuple[Code, WaitPolicy, list[str], dict[str, Any]]:
     """Code, wait policy, placement and ``report.auto`` of an auto job."""
-    if isinstance(code, str) and code == AUTO and options:
+    if code == AUTO and options:
         raise ValueError("code='auto' chooses the code: code_options do not apply")
     running = {a: w for a, w in workers.items() if w.get("status", "running") == "running"}
     others = {a: w for a, w in running.items() if a not in avoid}
     view, why = await auto_view(client, others or running)
-    free_wait = (isinstance(wait, str) and wait == AUTO) or (code == AUTO and wait is None)
+    free_wait = wait == AUTO or (code == AUTO and wait is None)
     fixed_n = None
-    if not (isinstance(n_coded, str) and n_coded == AUTO):
+    if n_coded != AUTO:
         if n_coded is None and code != AUTO:
             fixed_n = default_n_coded(code.lower(), K, len(others or running), options)
         elif n_coded is not None:
             fixed_n = int(n_coded)
-    if view is None:
+    codes = [(c, {}) for c in AUTO_CODES] if code == AUTO else [(code, options)]
+    chosen = None
+    if view is not None:
+        try:
+            chosen = plan_job(
+                view, K, codes, error, func_name, n_coded=fixed_n, wait=AUTO if free_wait else wait
+            )
+        except NoSetting as exc:
+            why = f"{exc}: the defaults"
+    if chosen is None:  # the defaults, and why
         name = str(config.get("code")) if code == AUTO else code
         coder = _build_code(name, K, fixed_n, len(others or running), options)
-        default = resolve_wait(None if free_wait or wait == AUTO else wait, coder)
+        default = resolve_wait(None if free_wait else wait, coder)
         return coder, default, _place(workers, coder.N, avoid), {"chosen": None, "reason": why}
-    codes = [(c, {}) for c in AUTO_CODES] if code == AUTO else [(code, options)]
-    chosen = plan_job(
-        view, K, codes, error, func_name, n_coded=fixed_n, wait=AUTO if free_wait else wait
-    )
     c = chosen.chosen
     coder = get_code(c.code, K, c.N, **dict(codes)[c.code])
     if free_wait and not coder.exact:
@@ -360,8 +388,8 @@ async def _submit(
     elif error is not None:  # auto mode
         if adversaries:
             raise ValueError("adversaries= needs a fixed n_coded and wait, not 'auto'")
-        assert isinstance(code, str)
-        func_name = getattr(func, "__name__", type(func).__name__)
+        assert isinstance(code, str)  # a Code instance is refused with auto mode
+        func_name = function_key(func)
         coder, policy, placement, auto = await _auto_setup(
             client,
             workers,
@@ -404,7 +432,8 @@ async def _submit(
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()
     if job.report.auto is not None and job._task is not None:
-        job._task.add_done_callback(lambda _: learn_calibration(job))
+        key = function_key(func)
+        job._task.add_done_callback(lambda _: learn_calibration(job, key))
     return job
 
 
@@ -448,7 +477,13 @@ def submit_coded(
     """
     if code is None:
         code = config.get("code")
+    code, n_coded, wait = (_auto_spelling(x) for x in (code, n_coded, wait))
     _check_common(func, code, n_coded, timeout, code_options)
+    if isinstance(code, Code) and wait == AUTO:
+        raise ValueError(
+            "wait='auto' plans among codes by name: pass code='<name>' (and n_coded) "
+            "instead of a Code instance"
+        )
     error = check_error_budget(error, _wants_auto(code, n_coded, wait))
     adversaries = check_adversaries(adversaries)
     transform = get_transform(transform)
