@@ -190,6 +190,21 @@ def _draw(
     return out
 
 
+def _first_pool(
+    tallies: tuple[_Tally | None, ...],
+    job: int,
+    factor: float,
+    kinds: tuple[int, ...],
+    default: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first non-empty pool of ``kinds`` among ``tallies`` (worker, then host), else
+    ``default`` (the cluster's)."""
+    for t in tallies:
+        if t is not None and len((pool := t.pool(job, factor, True, kinds))[0]):
+            return pool
+    return default
+
+
 class LatencyModel:
     """Per-worker and per-host straggler statistics, learned online from coded jobs.
 
@@ -415,22 +430,8 @@ class LatencyModel:
             on = w.pool(job, factor, late=False) if w is not None else cluster_on
             if len(on[0]) < 4:
                 on = cluster_on
-            late = next(
-                (
-                    pool
-                    for t in (w, h)
-                    if t is not None and len((pool := t.pool(job, factor, True))[0])
-                ),
-                cluster_late,
-            )
-            done = next(
-                (
-                    pool
-                    for t in (w, h)
-                    if t is not None and len((pool := t.pool(job, factor, True, (LATE,)))[0])
-                ),
-                cluster_done,
-            )
+            late = _first_pool((w, h), job, factor, (LATE, CUT), cluster_late)
+            done = _first_pool((w, h), job, factor, (LATE,), cluster_done)
             is_late = rng.random(size) < self._rate(worker, host)
             out[:, k] = _draw(rng, on, size, 1.0)
             out[is_late, k] = _draw(rng, late, int(is_late.sum()), self.late_factor, done)
