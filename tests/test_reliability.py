@@ -124,12 +124,12 @@ async def test_a_failed_job_releases_its_tasks_without_a_gc(c, s, *workers, func
 
 
 def sleepy(b, slow_name):
-    """tanh(b), three seconds late on the worker named ``slow_name``."""
+    """tanh(b), three seconds late on the worker named ``slow_name`` (every worker: "*")."""
     import time
 
     from distributed import get_worker
 
-    if str(get_worker().name) == slow_name:
+    if slow_name in ("*", str(get_worker().name)):
         time.sleep(3)
     return np.tanh(b)
 
@@ -214,7 +214,9 @@ def test_timeout_bounds_reaching_the_scheduler_and_a_closed_client_is_named():
 
     with checked_local_cluster(n_workers=8, threads_per_worker=1) as lc:
         c = Client(lc)
-        job = dask_bacc.submit_coded(sleepy, X, "none", n_blocks=4, client=c)
+        # every task 3 s late: the client is closed before the job can finish (with no
+        # delay the job could finish first, and nothing would raise)
+        job = dask_bacc.submit_coded(sleepy, X, "*", n_blocks=4, client=c)
         c.close()
         with pytest.raises(RuntimeError, match="client was closed before the job finished"):
             job.result()
