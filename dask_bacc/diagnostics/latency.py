@@ -84,6 +84,7 @@ NOTHING_KNOWN = WorkerPrediction(p_late=0.0, q50=1.0, q90=1.0, q99=1.0, n_eff=0.
 
 #: kinds of latency sample: on time, late (it finished), late and cut short (a lower bound)
 ON_TIME, LATE, CUT = 0, 1, 2
+ANY_LATE = (LATE, CUT)
 
 
 class _Tally:
@@ -129,12 +130,11 @@ class _Tally:
         return (self.late + prior) / (self.n + 1.0)
 
     def pool(
-        self, job: int, factor: float, late: bool, kinds: tuple[int, ...] | None = None
+        self, job: int, factor: float, kinds: tuple[int, ...]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The relative latencies of the on-time (or late) samples, their weights and
-        whether each is a lower bound (cut short); only samples of ``kinds`` if given."""
-        want = kinds if kinds is not None else ((LATE, CUT) if late else (ON_TIME,))
-        rows = [(j, r, kind == CUT) for j, r, kind in self.samples if kind in want]
+        """The relative latencies of the samples of ``kinds``, their weights and whether
+        each is a lower bound (cut short)."""
+        rows = [(j, r, kind == CUT) for j, r, kind in self.samples if kind in kinds]
         if not rows:
             return np.empty(0), np.empty(0), np.empty(0, dtype=bool)
         arr = np.array(rows, dtype=float)
@@ -200,7 +200,7 @@ def _first_pool(
     """The first non-empty pool of ``kinds`` among ``tallies`` (worker, then host), else
     ``default`` (the cluster's)."""
     for t in tallies:
-        if t is not None and len((pool := t.pool(job, factor, True, kinds))[0]):
+        if t is not None and len((pool := t.pool(job, factor, kinds))[0]):
             return pool
     return default
 
@@ -274,7 +274,7 @@ class LatencyModel:
         job, factor, threshold = self.jobs, self._factor, self.late_factor
         self.cluster.decay(job, factor)
         per_host: dict[str, list[int]] = {}  # host -> [tasks, late]
-        ontime = self.cluster.pool(job, factor, late=False)  # before this job's tasks
+        ontime = self.cluster.pool(job, factor, (ON_TIME,))  # before this job's tasks
         # tasks cut short first: their credit comes from the model before this job
         for t in sorted(tasks, key=lambda t: t.finished or t.duration / median > threshold):
             rel = t.duration / median
@@ -421,16 +421,16 @@ class LatencyModel:
         if self.jobs == 0:
             return out
         job, factor = self.jobs, self._factor
-        cluster_on = self.cluster.pool(job, factor, late=False)
-        cluster_late = self.cluster.pool(job, factor, late=True)
-        cluster_done = self.cluster.pool(job, factor, True, kinds=(LATE,))
+        cluster_on = self.cluster.pool(job, factor, (ON_TIME,))
+        cluster_late = self.cluster.pool(job, factor, ANY_LATE)
+        cluster_done = self.cluster.pool(job, factor, (LATE,))
         for k, worker in enumerate(workers):
             host = self.host_of.get(worker)
             w, h = self.workers.get(worker), self.hosts.get(host or "")
-            on = w.pool(job, factor, late=False) if w is not None else cluster_on
+            on = w.pool(job, factor, (ON_TIME,)) if w is not None else cluster_on
             if len(on[0]) < 4:
                 on = cluster_on
-            late = _first_pool((w, h), job, factor, (LATE, CUT), cluster_late)
+            late = _first_pool((w, h), job, factor, ANY_LATE, cluster_late)
             done = _first_pool((w, h), job, factor, (LATE,), cluster_done)
             is_late = rng.random(size) < self._rate(worker, host)
             out[:, k] = _draw(rng, on, size, 1.0)

@@ -231,11 +231,12 @@ class CodedData:
         if last is not None and last._task is not None and not last._task.done():
             # its clean-up marks its stragglers stale on their workers: see _placement
             await asyncio.wait({last._task})
-        placement, rerouted = await self._placement()
+        placement, rerouted, live = await self._placement()
         auto = None
         if policy is None:  # wait="auto"
             assert error is not None
-            policy, auto = await self._adapt(placement, rerouted, error, function_key(func))
+            key = function_key(func)
+            policy, auto = await self._adapt(placement, rerouted, live, error, key)
         job = CodedJob(
             self.client,
             self.code,
@@ -254,18 +255,21 @@ class CodedData:
         job.report.auto = auto
         await job._submit()
         if auto is not None and job._task is not None:
-            key = function_key(func)
             job._task.add_done_callback(lambda _: learn_calibration(job, key))
         self._last = weakref.ref(job)
         return job
 
     async def _adapt(
-        self, where: list[str], rerouted: dict[int, str], error: float, func_name: str
+        self,
+        where: list[str],
+        rerouted: dict[int, str],
+        live: dict[str, Any],
+        error: float,
+        func_name: str,
     ) -> tuple[WaitPolicy, dict[str, Any]]:
-        """``wait="auto"``: move shares off workers predicted slow (onto spare workers
-        predicted fast; ``where`` and ``rerouted`` are updated) and choose the wait."""
-        workers, _ = await _live_workers(self.client)
-        live = {a: w for a, w in workers.items() if w.get("status", "running") == "running"}
+        """``wait="auto"``: move shares off workers predicted slow (onto spare ``live``
+        workers predicted fast; ``where`` and ``rerouted`` are updated) and choose the
+        wait."""
         view, why = await auto_view(self.client, live)
         if view is None:
             return resolve_wait(None, self.code), {"chosen": None, "reason": why}
@@ -298,12 +302,14 @@ class CodedData:
         policy = resolve_wait(None, self.code) if self.code.exact else FirstK(k)
         return policy, chosen.as_dict()
 
-    async def _placement(self) -> tuple[list[str], dict[int, str]]:
+    async def _placement(self) -> tuple[list[str], dict[int, str], dict[str, Any]]:
         """Where each share's eval runs this call: where the share is, unless that worker
-        left, holds another share too, or still runs a cancelled straggler."""
+        left, holds another share too, or still runs a cancelled straggler; and the
+        running workers (address to info)."""
         client = self.client
         workers, _ = await _live_workers(client)
-        live = {a for a, w in workers.items() if w.get("status", "running") == "running"}
+        up = {a: w for a, w in workers.items() if w.get("status", "running") == "running"}
+        live = set(up)
         holders = await _dist.who_has(client, [s.key for s in self.shares])
         where = []
         for i, share in enumerate(self.shares):
@@ -338,7 +344,7 @@ class CodedData:
                     rerouted[i] = where[i] = spare.pop(0)
                 elif where[i] not in live:  # nowhere better: any live worker, shared
                     where[i] = sorted(live)[i % len(live)] if live else where[i]
-        return where, rerouted
+        return where, rerouted, up
 
     def wait(self) -> None:
         """Block until every share is computed (and raise if encoding failed)."""
@@ -467,6 +473,7 @@ async def _encode(
             name = code.lower().replace("_", "-")
             codes = [(c, {}) for c in AUTO_CODES] if name == AUTO else [(name, code_options)]
             try:
+                # no function yet: the accuracy model uncalibrated (a key never learned)
                 chosen = plan_job(view, data_blocks.K, codes, error, "", wait=AUTO)
             except NoSetting as exc:
                 auto = {"chosen": None, "reason": f"{exc}: the defaults"}

@@ -389,7 +389,7 @@ async def _submit(
         if adversaries:
             raise ValueError("adversaries= needs a fixed n_coded and wait, not 'auto'")
         assert isinstance(code, str)  # a Code instance is refused with auto mode
-        func_name = function_key(func)
+        key = function_key(func)
         coder, policy, placement, auto = await _auto_setup(
             client,
             workers,
@@ -400,7 +400,7 @@ async def _submit(
             error,
             code_options,
             avoid,
-            func_name,
+            key,
         )
     else:
         auto = None
@@ -432,7 +432,6 @@ async def _submit(
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()
     if job.report.auto is not None and job._task is not None:
-        key = function_key(func)
         job._task.add_done_callback(lambda _: learn_calibration(job, key))
     return job
 
