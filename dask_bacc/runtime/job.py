@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import enum
 import itertools
+import logging
 import re
 import time
 import traceback
@@ -79,6 +80,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CodedJob", "ensure_worker_plugin"]
 
+logger = logging.getLogger(__name__)
+
 #: what an eval task gets as ``call``: ``(args, kwargs)`` for ``func``, inline, or a
 #: reference to the task holding them (large ones)
 CallArg: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]] | TaskRef
@@ -102,14 +105,34 @@ def _has_worker_plugin(dask_scheduler: Scheduler | None = None) -> bool:
 
 async def ensure_worker_plugin(client: Client) -> None:
     """Register dask-bacc's worker plugin once per cluster (checked once per client and
-    scheduler: a scheduler restarted on the same address has no plugins)."""
+    scheduler: a scheduler restarted on the same address has no plugins).
+
+    The scheduler stores the plugin (so workers that join later get it) before it
+    broadcasts it to the running workers and waits for every one of them. A frozen worker
+    (SIGSTOP, a long GC pause) would hold that wait, and with it the job, for as long as
+    it is frozen: exactly the straggler a coded job exists to beat. So the job waits at
+    most ``bacc.plugin-timeout`` for the broadcast; the registration goes on in the
+    background, and an eval on a worker that has no plugin yet runs all the same (it
+    only misses the early "job done" signal, see :func:`.worker.state`).
+    """
     identity = getattr(client, "_scheduler_identity", None) or {}
     address = (_dist.scheduler(client).address, identity.get("id"))
     if _worker_plugin.get(client) == address:
         return
     if not await _dist.run_on_scheduler(client, _has_worker_plugin):
-        await client.register_plugin(BaccWorker(), name=PLUGIN_NAME)
+        register = asyncio.ensure_future(client.register_plugin(BaccWorker(), name=PLUGIN_NAME))
+        _running.add(register)
+        register.add_done_callback(_registered)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(register), config.seconds("plugin-timeout"))
     _worker_plugin[client] = address
+
+
+def _registered(task: asyncio.Future[Any]) -> None:
+    """The end of a worker plugin registration that may have outlived its job's wait."""
+    _running.discard(task)  # type: ignore[arg-type]
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("dask-bacc: registering the worker plugin failed: %r", task.exception())
 
 
 def _job_done(
