@@ -56,6 +56,9 @@ class Decider:
         self.target_met_at: float | None = None
         self.grace_until: float | None = None
         self.decoding: list[int] | None = None  # the results of a decode in flight
+        #: decode only from a set that gives every block exactly (set by the job when f
+        #: turned out not to be defined on coded shares)
+        self.exact_only = False
 
     # -- events ---------------------------------------------------------------------------
     def launched(self, i: int) -> None:
@@ -117,7 +120,11 @@ class Decider:
         if self.decoding is not None:
             return None
         trigger = None
-        if self.policy.is_met(self.usable, self.code):
+        if self.exact_only:
+            met = self.code.is_exact(self.usable)
+        else:
+            met = self.policy.is_met(self.usable, self.code)
+        if met:
             trigger = self._after_grace(now)
             if trigger == "wait":  # until(): met only once every result is in
                 trigger = getattr(self.policy, "met_trigger", "wait")
@@ -129,7 +136,8 @@ class Decider:
             trigger = "timeout"
         if trigger is None:
             return None
-        if not self.usable or not self.code.can_decode(self.usable):
+        decodable = self.code.is_exact if self.exact_only else self.code.can_decode
+        if not self.usable or not decodable(self.usable):
             return GiveUp(trigger, list(self.usable), list(self.pending))
         self.decoding = list(self.usable)
         return Decode(list(self.usable), trigger)
