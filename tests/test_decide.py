@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dask_bacc.codes import get_code
 from dask_bacc.runtime.decide import Decider, Decode, GiveUp
-from dask_bacc.runtime.wait import ErrorTarget, FirstK, resolve_wait
+from dask_bacc.runtime.wait import ErrorTarget, FirstK, Fraction, resolve_wait, until
 
 
 def launched(code, policy, timeout=None):
@@ -179,6 +181,156 @@ def test_any_event_order_ends_in_one_sound_action(events, code_name, wait):
             assert d.step(now) is not None
     if decoded is not None and decoded.trigger == "wait":
         assert policy.is_met(decoded.used, code)
+
+
+def test_a_rejected_result_after_the_grace_period_does_not_ask_to_wake_at_once():
+    """Issue 23 item 5: f's output shape depends on the values and one task straggles. The
+    grace period ends, the decode rejects the (correct) systematic result, the policy is no
+    longer met and a task is still pending: the core waits for an event (or the timeout),
+    it must not answer "wake in 0 s" at every turn (the job's loop span a CPU forever)."""
+    code = get_code("systematic-spline", 2, 4)  # rows 1 and 2 are the data blocks
+    for timeout in (None, 10.0):
+        d = launched(code, resolve_wait(None, code), timeout)  # 0.75 of N, grace 0.2
+        for i in (1, 0, 3):
+            d.landed(i, 1.0)
+        assert d.step(1.0) is None  # target met at t=1: grace until 1.2
+        assert d.wake_in(1.0) == pytest.approx(0.2)
+        assert d.step(1.25) == Decode([1, 0, 3], "wait")
+        d.rejected(1, "InvalidResult: shape (3,) differs from the others' (2,)")
+        assert d.decoding is None and list(d.pending) == [2]
+        for now in (1.5, 2.0, 5.0):
+            assert d.step(now) is None
+            assert d.wake_in(now) == (None if timeout is None else timeout - now)
+        if timeout is not None:
+            assert d.step(timeout) == Decode([0, 3], "timeout")
+
+
+def test_the_timeout_ends_a_grace_period():
+    code = get_code("berrut", 2, 4)
+    d = launched(code, FirstK(2, grace=4.0), timeout=3.0)
+    d.landed(0, 1.0)
+    d.landed(1, 2.0)
+    assert d.step(2.0) is None  # grace until 2 + 4 * 2 = 10, after the timeout
+    assert d.wake_in(2.0) == 1.0
+    assert d.step(3.0) == Decode([0, 1], "timeout")
+
+
+# the property below: small codes, so that random events meet the policies often
+_CODES = [
+    ("systematic-spline", 2, 4, {}),
+    ("systematic-spline", 3, 5, {}),
+    ("berrut", 2, 4, {}),
+    ("repetition", 2, 4, {}),
+    ("lagrange", 2, 4, {"degree": 2}),
+    ("uncoded", 2, None, {}),
+]
+_POLICIES = [
+    None,  # the default for the code (approximate codes: 0.75 of N with a grace of 0.2)
+    FirstK(2),
+    FirstK(3, grace=0.5),
+    Fraction(0.5, grace=2.0),
+    Fraction(1.0, grace=0.25),
+    until(error=0.01),
+    ErrorTarget(0.01, min_results=3, grace=1.0),
+]
+_TASK_EVENTS = ["land"] * 4 + ["fail", "lose", "reject", "reject", "withdraw"]
+_EVENT = st.one_of(
+    st.tuples(st.sampled_from(_TASK_EVENTS), st.integers(0, 4)),
+    st.tuples(st.just("tick"), st.sampled_from([0.125, 0.5, 1.0, 3.0])),
+    st.tuples(st.sampled_from(["sleep", "abandon", "error-met", "exact-only"]), st.just(0)),
+)
+
+
+# issue 23's case: the grace period ends, the decode rejects a result, a task is pending
+_ISSUE_23 = [("tick", 1.0), ("land", 1), ("land", 0), ("land", 3), ("sleep", 0), ("reject", 0)]
+# a grace period that would end after the timeout
+_GRACE_PAST_TIMEOUT = [("land", 0), ("tick", 1.0), ("land", 1)]
+
+
+def _acts(d: Decider, now: float) -> bool:
+    """Whether ``step(now)`` would act, without changing ``d`` (step only assigns
+    attributes: a shallow copy keeps the original as it was)."""
+    return copy.copy(d).step(now) is not None
+
+
+@settings(max_examples=400, deadline=None)
+@example(code_index=0, policy_index=0, timeout=None, events=_ISSUE_23)
+@example(code_index=2, policy_index=3, timeout=2.0, events=_GRACE_PAST_TIMEOUT)
+@given(
+    code_index=st.integers(0, len(_CODES) - 1),
+    policy_index=st.integers(0, len(_POLICIES) - 1),
+    timeout=st.sampled_from([None, None, 0.5, 2.0, 6.0]),
+    events=st.lists(_EVENT, max_size=30),
+)
+def test_no_state_asks_to_wake_at_once_without_acting(code_index, policy_index, timeout, events):
+    """Issue 23 item 5, "no busy loop, no hang", over random event orders: in every state
+    either step() acts, or wake_in() is None (only an event can change the answer: the
+    clock alone never makes it act) or a positive delay after which the clock alone makes
+    it act, and not before. Past the deadline the core always acts; with nothing
+    decodable in hand it gives up."""
+    name, K, N, options = _CODES[code_index]
+    code = get_code(name, K, N, **options)
+    policy = _POLICIES[policy_index]
+    if policy is None:
+        policy = resolve_wait(None, code)
+    try:
+        policy.validate(code)
+        assert policy.target(code) <= code.N
+    except (ValueError, AssertionError):
+        return
+    d = launched(code, policy, timeout)
+    now = 0.0
+    for kind, arg in events:
+        error_met = False
+        if kind == "tick":
+            now += arg
+        elif kind == "sleep":  # the shell sleeps until the core's wake-up time
+            wake = d.wake_in(now)
+            if wake is not None:
+                now += wake
+        elif kind == "error-met":
+            error_met = isinstance(policy, ErrorTarget)
+        elif kind == "abandon":
+            d.decode_abandoned()
+        elif kind == "exact-only":  # f turned out not to be defined on coded shares
+            d.exact_only = True
+        elif arg < code.N:
+            i = arg
+            if kind == "land":
+                d.landed(i, now)
+            elif kind == "fail":
+                d.erred(i, now, "x")
+            elif kind == "lose":
+                d.lost(i, "gone")
+            elif kind == "reject":  # mostly a landed result, as in the job
+                j = d.usable[i % len(d.usable)] if d.usable and i % 4 else i
+                d.rejected(j, "InvalidResult: shape")
+            else:
+                d.withdraw(i)
+        assert not set(d.pending) & set(d.usable)
+        assert not set(d.usable) & set(d.failed)
+        assert not set(d.pending) & set(d.failed)
+        decoding = d.decoding is not None
+        action = d.step(now, error_met=error_met)
+        if decoding:
+            assert action is None  # one decode at a time
+        elif d.deadline is not None and now >= d.deadline:
+            assert action is not None, "past the deadline the core acts"
+            decodable = code.is_exact if d.exact_only else code.can_decode
+            if not d.usable or not decodable(d.usable):
+                assert isinstance(action, GiveUp)
+        if isinstance(action, GiveUp):
+            return  # the job raises InsufficientResults
+        if isinstance(action, Decode):
+            assert set(action.used) == set(d.usable) and code.can_decode(action.used)
+            continue  # the decode is in flight; later events may abandon it
+        wake = d.wake_in(now)
+        if wake is None:  # only an event can make it act: not the clock, however late
+            assert not _acts(d, now + 1e6)
+            continue
+        assert wake > 0, f"asked to wake at once, but step() waits (state {vars(d)})"
+        assert not _acts(d, now + wake / 2)
+        assert _acts(d, now + wake), "woken up, the core must act"
 
 
 def test_plan_backups_is_the_speculative_rule():

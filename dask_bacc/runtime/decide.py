@@ -4,12 +4,14 @@ A :class:`Decider` is fed what happens to the job's coded tasks (launched, lande
 lost with their worker, rejected after a look at the result) and the clock; :meth:`step`
 says what to do next: :class:`Decode` from a set of results, :class:`GiveUp` when no
 decodable set can arrive any more, or nothing yet. :meth:`wake_in` says when the clock alone
-could change that (a grace period or the timeout ending). The async shell in
+could change that (a grace period or the timeout ending): never an instant at which it would
+not act, so a shell that sleeps until then cannot spin. The async shell in
 :mod:`dask_bacc.runtime.job` only carries out its actions.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..codes import Code
@@ -106,6 +108,7 @@ class Decider:
         """A landed result turned out unusable (e.g. its shape differs from the others')."""
         if i in self.usable:
             self.usable.remove(i)
+        self.pending.pop(i, None)  # (not landed yet: written off all the same)
         self.failed[i] = reason
         if self.decoding is not None and i in self.decoding:
             self.decoding = None
@@ -120,11 +123,7 @@ class Decider:
         if self.decoding is not None:
             return None
         trigger = None
-        if self.exact_only:
-            met = self.code.is_exact(self.usable)
-        else:
-            met = self.policy.is_met(self.usable, self.code)
-        if met:
+        if self._met():
             trigger = self._after_grace(now)
             if trigger == "wait":  # until(): met only once every result is in
                 trigger = getattr(self.policy, "met_trigger", "wait")
@@ -132,8 +131,8 @@ class Decider:
             trigger = "error"
         elif not self.pending:
             trigger = "exhausted"
-        elif self.deadline is not None and now >= self.deadline:
-            trigger = "timeout"
+        if trigger is None and self.deadline is not None and now >= self.deadline:
+            trigger = "timeout"  # (also ends a grace period)
         if trigger is None:
             return None
         decodable = self.code.is_exact if self.exact_only else self.code.can_decode
@@ -142,22 +141,58 @@ class Decider:
         self.decoding = list(self.usable)
         return Decode(list(self.usable), trigger)
 
+    def _met(self) -> bool:
+        """Whether the results in hand meet the wait policy (or give every block exactly,
+        when only an exact decode will do)."""
+        if self.exact_only:
+            return self.code.is_exact(self.usable)
+        return self.policy.is_met(self.usable, self.code)
+
+    def _grace_applies(self) -> bool:
+        """Whether a met policy still waits out a grace period (else it decodes at once)."""
+        grace = self.policy.grace_for(self.code)
+        return bool(grace) and bool(self.pending) and not self.code.is_exact(self.usable)
+
     def _after_grace(self, now: float) -> str | None:
         if self.target_met_at is None:
             self.target_met_at = now
-        grace = self.policy.grace_for(self.code)
-        if not grace or not self.pending or self.code.is_exact(self.usable):
+        if not self._grace_applies():
             return "wait"
         if self.grace_until is None:
-            self.grace_until = now + grace * self.target_met_at
+            self.grace_until = now + self.policy.grace_for(self.code) * self.target_met_at
         return "wait" if now >= self.grace_until else None
 
     def wake_in(self, now: float) -> float | None:
-        """Seconds until the clock alone may change :meth:`step`'s answer (None: never)."""
-        ends = [t for t in (self.deadline, self.grace_until) if t is not None]
-        if self.decoding is not None or not ends:
+        """Seconds until the clock alone makes :meth:`step` act (None: only an event can).
+
+        The instants that matter are the end of a grace period, while the policy is met,
+        and the timeout, while tasks are pending. 0 only when :meth:`step` would act at
+        ``now`` already (a deadline passed between the two calls): a state in which
+        :meth:`step` waits is never asked to wake at once, over and over (a grace period
+        that ended before a result was rejected no longer counts, issue 23).
+        """
+        if self.decoding is not None:
+            return None  # the decode in flight ends (or is abandoned) first
+        ends = []
+        if self.deadline is not None and self.pending:
+            ends.append(self.deadline)
+        if self._met():
+            if not self._grace_applies():
+                return 0.0  # step decodes now
+            grace_until = self.grace_until
+            if grace_until is None:  # met since step last ran: the grace starts now
+                met_at = now if self.target_met_at is None else self.target_met_at
+                grace_until = now + self.policy.grace_for(self.code) * met_at
+            ends.append(grace_until)
+        if not ends:
             return None
-        return max(0.0, min(ends) - now)
+        end = min(ends)
+        if end <= now:
+            return 0.0
+        wake = end - now
+        while now + wake < end:  # so that now + wake_in(now) reaches the instant, in floats
+            wake = math.nextafter(wake, math.inf)
+        return wake
 
     def straggled(self) -> list[int]:
         """Launched tasks that neither returned nor failed (withdrawn ones included)."""
