@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -92,10 +93,16 @@ def wrong_keyword(x, *, scale):
 
 
 @pytest.mark.slow
-def test_insufficient_results_shows_the_cause_and_the_report(client):
+def test_func_error_is_raised_as_in_plain_dask_and_erasures_show_the_cause(client):
+    """bacc.on-error: raise (the default): func's own TypeError, as plain Dask raises it;
+    with "erase" every share is written off and InsufficientResults carries the cause."""
     X = np.ones((12, 2))
-    with pytest.raises(dask_bacc.InsufficientResults) as info:
+    with pytest.raises(TypeError, match="scal") as raised:
         dask_bacc.map_coded(wrong_keyword, X, n_blocks=3, scal=2.0)  # a typo reaching func
+    assert any("coded share" in n for n in raised.value.__notes__)
+    with dask.config.set({"bacc.on-error": "erase"}):
+        with pytest.raises(dask_bacc.InsufficientResults) as info:
+            dask_bacc.map_coded(wrong_keyword, X, n_blocks=3, scal=2.0)
     err = info.value
     assert isinstance(err.__cause__, TypeError) and "scal" in str(err.__cause__)
     assert err.report.status == "error" and len(err.report.failed) == err.report.N

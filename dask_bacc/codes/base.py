@@ -123,6 +123,24 @@ class Code:
         """
         return self.exact and self.can_decode(returned)
 
+    def data_rows(self) -> dict[int, int]:
+        """Coded tasks whose share is a data block itself, ``{coded index: block}``: the
+        unit rows of E (systematic shares, repetition copies, coincident points).
+
+        ``func`` runs on the user's own data there, so its exception is the user's error,
+        not an effect of the coding; every other share mixes blocks.
+        """
+        cached: dict[int, int] | None = getattr(self, "_data_rows", None)
+        if cached is None:
+            E = self.encoding_matrix()
+            cached = {}
+            for i, row in enumerate(E):
+                nonzero = np.flatnonzero(row)
+                if nonzero.size == 1 and row[nonzero[0]] == 1.0:
+                    cached[i] = int(nonzero[0])
+            self._data_rows = cached
+        return dict(cached)
+
     def check_matrix(self, returned: Returned) -> FloatArray | None:
         """A matrix C with ``C @ results == 0`` (up to rounding) whenever the decode from
         ``returned`` is exact, or None when the set has no redundancy to check it with.
@@ -147,6 +165,16 @@ class Code:
         """Encode K blocks of shape (K, ...) into N coded blocks of shape (N, ...)."""
         blocks = self._stack(blocks, self.K, "blocks")
         return _contract(self.encoding_matrix(), blocks)
+
+    def shares(self, blocks: Blocks) -> list[NDArray[Any]]:
+        """The N coded shares of K blocks, as :meth:`encode` gives them, except that the
+        share of a :meth:`data_rows` task is its block itself: its dtype is kept and no
+        arithmetic touches it (integers beyond 2**53 stay exact, and f's result on the
+        block is f(X_j) exactly)."""
+        stacked = self._stack(blocks, self.K, "blocks")
+        coded = self.encode(stacked)
+        rows = self.data_rows()
+        return [stacked[rows[i]] if i in rows else coded[i] for i in range(self.N)]
 
     def decode(self, results: Blocks, returned: Returned) -> NDArray[Any]:
         """Decode K output blocks from ``results[l]``, the result of worker ``returned[l]``."""

@@ -38,7 +38,7 @@ from ._dist import default_client
 from .auto import AUTO, AUTO_CODES, NoSetting, expected_latency
 from .graph import TaskSpec, submit_graph
 from .job import CodedJob
-from .launch import SharedLaunch
+from .launch import SharedLaunch, check_encoded
 from .placement import choose_workers
 from .submit import (
     _adapt,
@@ -101,9 +101,8 @@ class CodedData:
         code = self.code
         recipes: list[tuple[Callable[..., Any], tuple[Any, ...]]]
         if self.blocks.local:
-            coded = code.encode(self.blocks.stacked())
-            if coded.dtype.kind == "f" and not np.isfinite(coded).all():
-                raise ValueError("encoding overflowed to inf: rescale the data")
+            coded = code.shares(self.blocks.stacked())
+            check_encoded(coded)
             recipes = [(hold, (coded[i],)) for i in range(code.N)]
         else:
             self._chunks = await self.blocks.to_futures(self.client)

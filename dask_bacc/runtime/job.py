@@ -48,7 +48,7 @@ from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
 from ..diagnostics.monitor import JobMonitor, prune_spans
-from ..exceptions import InsufficientResults, InvalidInput
+from ..exceptions import ApproximationWarning, InsufficientResults, InvalidInput
 from . import _dist, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
@@ -61,6 +61,7 @@ from .worker import (
     PLUGIN_NAME,
     BaccWorker,
     DecodedInfo,
+    EvalFailure,
     InconsistentResults,
     ResultSpec,
     Share,
@@ -69,6 +70,7 @@ from .worker import (
     decoded_info,
     eval_task,
     hold,
+    picked_dtype,
     spec_of,
     stack_decode_task,
 )
@@ -96,6 +98,18 @@ _worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]]
 
 def _describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+#: an eval's failure as the scheduler reports a result's type: the class, or its name
+#: where the class could not be loaded
+_FAILURE_TYPES = (EvalFailure, f"{EvalFailure.__module__}.{EvalFailure.__qualname__}")
+
+
+def _choice(key: str, options: tuple[str, ...]) -> str:
+    value = str(config.get(key)).lower()
+    if value not in options:
+        raise ValueError(f"bacc.{key} must be one of {options}, got {value!r}")
+    return value
 
 
 def _has_worker_plugin(dask_scheduler: Scheduler | None = None) -> bool:
@@ -254,6 +268,15 @@ class CodedJob:
         self._ac: _dist.FutureQueue | None = None
         self._warnings: list[Warning] = []  # emitted where the result is taken
         self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
+        #: coded index -> block, for the shares that are a block's own data
+        self._data_rows = code.data_rows()
+        self._on_error = _choice("on-error", ("raise", "erase"))
+        self._on_domain = _choice("on-domain-failure", ("exact", "erase"))
+        #: func's exceptions on mixed shares not judged yet (bacc.on-error: raise): the
+        #: user's error unless func succeeds on a share of real data
+        self._unjudged: dict[int, EvalFailure] = {}
+        self._mixed_failed: list[int] = []  # mixed shares that raised or gave NaN/inf
+        self.domain_failure = False  # func is not defined on coded blocks (warned)
 
     # -- user API --------------------------------------------------------------------
     def done(self) -> bool:
@@ -491,6 +514,7 @@ class CodedJob:
             await self.quality.refresh(d.usable)  # adaptive waiting: re-estimate the error
             action = d.step(self._elapsed(), error_met=self.quality.target_met(d.usable))
             if isinstance(action, GiveUp):
+                self._raise_unjudged()
                 raise self._insufficient(action)
             if isinstance(action, Decode):
                 output = await self._decode(action)
@@ -520,9 +544,14 @@ class CodedJob:
         if i is None:
             return
         d, now = self.decider, self._elapsed()
-        if fut.status == "finished":
+        if fut.status == "finished" and fut.type in _FAILURE_TYPES:
+            failure = await _dist.gather(self.client, fut)
+            if not isinstance(failure, EvalFailure) or not self._failed(i, now, failure):
+                return
+        elif fut.status == "finished":
             if not d.landed(i, now):
                 return
+            self._judge()
         elif fut.status == "error":
             exc = await _dist.exception(fut)
             if isinstance(exc, InvalidInput):
@@ -538,6 +567,78 @@ class CodedJob:
         assert self._monitor is not None  # set in _submit, before any task was launched
         self._monitor.arrived(len(d.usable))
 
+    def _failed(self, i: int, now: float, failure: EvalFailure) -> bool:
+        """Coded task ``i`` returned ``failure``: func raised, or its result is NaN/inf or
+        not numeric. f's exception on a block's own data fails the job with it, as in
+        plain Dask (``bacc.on-error``); on a mixed share it is an erasure once f is seen
+        to work on real data, the user's error otherwise. False if ``i`` was written off."""
+        block = self._data_rows.get(i)
+        where = f"block {block}'s own data" if block is not None else "a mix of blocks"
+        if failure.kind == "raised":
+            if self._cause is None:
+                self._cause = failure.exception
+            if self._on_error == "raise" and block is not None:
+                raise self._user_error(i, failure, where)
+            reason = f"func raised on coded share {i} ({where}): {failure.reason}"
+        else:
+            reason = failure.reason
+        if not self.decider.erred(i, now, reason):
+            return False
+        if block is None and failure.kind in ("raised", "nonfinite"):
+            self._mixed_failed.append(i)
+            if self.domain_failure:
+                self.report.domain_failure.append(i)
+            elif failure.kind == "raised" and self._on_error == "raise":
+                self._unjudged[i] = failure
+        self._judge()
+        return True
+
+    def _user_error(self, i: int, failure: EvalFailure, where: str) -> BaseException:
+        """func's own exception (or a ``RuntimeError`` naming it, when it did not pickle),
+        with a note on where it was raised."""
+        exc = failure.exception
+        if exc is None:
+            exc = RuntimeError(f"func raised on coded share {i}: {failure.reason}")
+        note = (
+            f"raised by func on coded share {i} of coded job {self.token} ({where}); "
+            "bacc.on-error='erase' treats an exception on a coded share as an erasure"
+        )
+        if note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)
+        return exc
+
+    def _judge(self) -> None:
+        """Once func succeeded on a share of real data, the mixed shares that raised or
+        gave NaN/inf show that f is not defined on coded blocks: warn once, erase them,
+        and (``bacc.on-domain-failure: exact``) decode only from real data."""
+        if not self._mixed_failed or self.domain_failure:
+            return
+        if not any(i in self._data_rows for i in self.decider.usable):
+            return
+        self.domain_failure = True
+        self._unjudged.clear()  # f works on real data: those were the mixing's doing
+        covered = set(self._data_rows.values()) >= set(range(self.code.K))
+        exact = self._on_domain == "exact" and covered
+        if exact:
+            self.decider.exact_only = True
+        what = (
+            "the job decodes from the shares of real data only (exact), as "
+            "bacc.on-domain-failure='exact' asks"
+            if exact
+            else "their results are erased and the job decodes from the rest"
+        )
+        self.warn(
+            ApproximationWarning(
+                f"func failed (raised or returned NaN/inf) on coded share(s) "
+                f"{sorted(self._mixed_failed)} that mix blocks, while it succeeded on "
+                "shares of real data: f is not defined on coded blocks (e.g. log, sqrt or "
+                f"a division outside the data's range); {what}. Coded shares protect "
+                "this f only through its exact copies: use code='repetition' or "
+                "'speculative'."
+            )
+        )
+        self.report.domain_failure = sorted(self._mixed_failed)
+
     async def _check_workers(self) -> None:
         """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
         live = set(await _dist.running_workers(self.client))
@@ -549,7 +650,17 @@ class CodedJob:
                 await self._drop_stage()
 
     # -- decoding ------------------------------------------------------------------------
+    def _raise_unjudged(self) -> None:
+        """``bacc.on-error: raise``: func raised on a mixed share and no share of real data
+        has shown that it works on the data: that exception is the user's."""
+        if self._unjudged and not self.domain_failure:
+            i, failure = next(iter(self._unjudged.items()))
+            raise self._user_error(
+                i, failure, "a mix of blocks, and func succeeded on no share of real data"
+            )
+
     async def _decode(self, action: Decode) -> Any:
+        self._raise_unjudged()
         self.report.trigger = action.trigger
         self._sync_report()
         self.report.straggled = self.decider.straggled()
@@ -571,11 +682,17 @@ class CodedJob:
         rep.time_to_decode = self._elapsed()
         return output
 
-    def _out_dtype(self, dtype: str) -> np.dtype[Any]:
+    def _out_dtype(self, dtype: str, used: list[int]) -> np.dtype[Any]:
+        """The output's dtype: the results' own where the decode selects them (a code
+        that keeps dtypes, or an exact set of a systematic code, whose decoding rows are
+        unit vectors), float64 where it mixes integer results."""
         out = np.dtype(dtype)
         if self.transform is not None:  # what the inverse map gives, in float
             return out if out.kind == "f" else np.dtype(np.float64)
-        if not self.code.keeps_dtype and out.kind != "f":
+        selects = self.code.keeps_dtype or (
+            not self.code.exact and self.code.is_exact(used) and _selects(self.code, used)
+        )
+        if not selects and out.kind != "f":
             out = np.dtype(np.float64)
         return out
 
@@ -587,7 +704,9 @@ class CodedJob:
             return
         got = await self.watched_gather(want)
         for i in want:
-            if i in got and got[i] is not None:
+            if isinstance(got.get(i), EvalFailure):  # its type did not reach the client
+                self.decider.rejected(i, got[i].reason)
+            elif i in got and got[i] is not None:
                 self._values[i] = np.asarray(got[i])
             else:
                 self.decider.lost(i, f"result lost with worker {self.workers[i]}")
@@ -670,13 +789,14 @@ class CodedJob:
         specs = [spec_of(self._values[i]) for i in used]
         if self._reject(used, specs):
             return _NOTHING
+        (shape, _), _ = consistent(specs)
+        dtype = picked_dtype(self.code.decoding_matrix(used), [spec[1] for spec in specs]).str
         stacked = np.stack([self._values[i] for i in used])
         decoded = self.code.decode(stacked, used)
         self.quality.residual = decode_residual(self.code, stacked, used)
         if self.transform is not None:
             decoded = self.transform.inverse(decoded)
-        shape, dtype = specs[0]
-        out_dtype = self._out_dtype(dtype)
+        out_dtype = self._out_dtype(dtype, used)
         values = list(decoded.astype(out_dtype, copy=False))
         return self.blocks.assemble(values, shape, out_dtype, self.combine)
 
@@ -726,7 +846,7 @@ class CodedJob:
         self.quality.add_sketches(used, info.get("sketches"))
         self.quality.residual = info.get("residual")
         shape, dtype = tuple(info["shape"]), info["dtype"]
-        out_dtype = self._out_dtype(dtype)
+        out_dtype = self._out_dtype(dtype, used)
         if self.blocks.gather_output:
             values = await _dist.gather(self.client, blocks)
             return self.blocks.assemble(
@@ -880,6 +1000,12 @@ async def _drop_when_done(held: list[tuple[Future[Any], str]], client: Client) -
                 held[:] = [(f, w) for f, w in held if w in live]
                 await _dist.cancel(client, gone, reason="bacc: worker left")
     held.clear()
+
+
+def _selects(code: Code, used: list[int]) -> bool:
+    """Whether decoding from ``used`` only picks results (every weight 0 or 1)."""
+    D = code.decoding_matrix(used)
+    return bool(np.all((D == 0) | (D == 1)))
 
 
 class _Nothing(enum.Enum):

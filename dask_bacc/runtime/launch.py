@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from . import _dist, keys
 from .graph import TaskSpec
@@ -55,9 +56,8 @@ class CodedLaunch(Launch):
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         code, blocks = job.code, job.blocks
         if blocks.local:
-            shares = code.encode(blocks.stacked())
-            if shares.dtype.kind == "f" and not np.isfinite(shares).all():
-                raise ValueError("encoding overflowed to inf: rescale the data")
+            shares = code.shares(blocks.stacked())
+            check_encoded(shares)
             return [job.eval_spec(i, shares[i], call) for i in range(code.N)]
         chunks = job._chunks = await blocks.to_futures(job.client)
         E = code.encoding_matrix()
@@ -69,6 +69,12 @@ class CodedLaunch(Launch):
                 TaskSpec(keys.eval_key(job.token, i), encode_eval_task, args, [job.workers[i]])
             )
         return specs
+
+
+def check_encoded(shares: list[NDArray[Any]]) -> None:
+    """Encoding finite data can overflow to inf (huge values times the weights)."""
+    if any(s.dtype.kind == "f" and not np.isfinite(s).all() for s in shares):
+        raise ValueError("encoding overflowed to inf: rescale the data")
 
 
 class SharedLaunch(Launch):

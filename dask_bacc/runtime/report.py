@@ -101,6 +101,10 @@ class JobReport:
     warnings : list of str
         The warnings about the answer (``ApproximationWarning``, ``SuspectResultsWarning``,
         ...), as ``"Kind: message"``; each is also emitted where the result is taken.
+    domain_failure : list of int
+        Coded tasks mixing blocks on which func raised or returned NaN/inf while it
+        succeeded on shares of real data: f is not defined on coded blocks. The job then
+        warned and (``bacc.on-domain-failure: exact``) decoded from real data only.
     """
 
     token: str
@@ -135,6 +139,7 @@ class JobReport:
     transform: str | None = None
     check_residual: float | None = None
     warnings: list[str] = field(default_factory=list)
+    domain_failure: list[int] = field(default_factory=list)
     dashboard: str | None = None
     auto: dict[str, Any] | None = None
 

@@ -48,6 +48,7 @@ __all__ = [
     "Decoded",
     "DecodedInfo",
     "EvalCall",
+    "EvalFailure",
     "EvalHook",
     "InconsistentResults",
     "ResultSpec",
@@ -66,6 +67,7 @@ __all__ = [
     "is_done",
     "mark_done",
     "matmul_tiled",
+    "picked_dtype",
     "sketch_task",
     "stack_decode_task",
     "state",
@@ -397,13 +399,15 @@ def eval_task(
     func: Callable[..., Any],
     share: Share,
     call: tuple[tuple[Any, ...], dict[str, Any]],
-) -> NDArray[Any] | None:
+) -> NDArray[Any] | EvalFailure | None:
     """Evaluate ``func(share, *args, **kwargs)`` for ``call = (args, kwargs)`` and check
     that the result can be decoded.
 
     Returns ``None`` without calling ``func`` when the job already decoded. After ``func``
     the worker's :class:`EvalHook` plugins are called, if any (their waits end early when
-    the job is done).
+    the job is done). An exception raised by ``func``, or a result that cannot be decoded
+    (NaN/inf, not numeric), is returned as an :class:`EvalFailure`: the task succeeds,
+    the job sees the failure from the result's type alone and judges it.
     """
     worker = _worker()
     st = state(worker)
@@ -413,7 +417,15 @@ def eval_task(
     _current.token = token
     args, kwargs = call
     try:
-        out = func(share, *args, **kwargs)
+        try:
+            out = func(share, *args, **kwargs)
+        except InvalidInput:
+            raise  # the adapter's verdict on the input: the job turns it into ValueError
+        except Exception as exc:
+            # returned, not raised: the job decides whether func's exception is the
+            # user's error or an erasure, and distributed does not log an expected event
+            # as "Compute Failed"
+            out = EvalFailure.of(exc)
         hooks = eval_hooks(worker)
         if hooks:
 
@@ -428,7 +440,12 @@ def eval_task(
     finally:
         _current.token = None
         st.ended(token, index, start)
-    return check_result(out)
+    if isinstance(out, EvalFailure):
+        return out
+    try:
+        return check_result(out)
+    except InvalidResult as exc:
+        return EvalFailure.of(exc)
 
 
 def encode_eval_task(
@@ -439,12 +456,58 @@ def encode_eval_task(
     weights: FloatArray,
     chunks: list[NDArray[Any]],
     call: tuple[tuple[Any, ...], dict[str, Any]],
-) -> NDArray[Any] | None:
+) -> NDArray[Any] | EvalFailure | None:
     """Encode share ``index`` from the input chunks it mixes, then :func:`eval_task` on it
     (data on the cluster: one task per coded share, no separate encode task)."""
     if state().is_done(token):
         return None
     return eval_task(token, index, seq, func, encode_task(weights, *chunks), call)
+
+
+@dataclass
+class EvalFailure:
+    """What an eval returns instead of a result: ``func`` raised, or its result cannot be
+    decoded. The job tells it from a result by the task's type (``Future.type``), with no
+    transfer; it gathers the (small) failure to judge it.
+
+    Attributes
+    ----------
+    kind : str
+        ``"raised"`` (``func`` raised ``exception``), ``"nonfinite"`` (NaN/inf in the
+        result) or ``"invalid"`` (not a real numeric array).
+    reason : str
+        ``"<ExceptionType>: message"``.
+    exception : BaseException or None
+        ``func``'s exception with its traceback (None if it could not be pickled).
+    """
+
+    kind: str
+    reason: str
+    exception: BaseException | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException) -> EvalFailure:
+        """The failure for ``exc``: ``func``'s exception, or ``check_result``'s verdict."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, InvalidResult):
+            kind = "nonfinite" if "NaN/inf" in str(exc) else "invalid"
+            return cls(kind, reason)
+        return cls("raised", reason, _picklable(exc))
+
+
+def _picklable(exc: BaseException) -> BaseException | None:
+    """``exc`` with its traceback if it survives the trip to the client (tblib, as
+    distributed ships a task's exception), else None (the reason still does)."""
+    import tblib.pickling_support
+    from distributed.core import collect_causes
+    from distributed.protocol import pickle
+
+    tblib.pickling_support.install(exc, *collect_causes(exc))
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return None
+    return exc
 
 
 def check_result(out: object) -> NDArray[Any]:
@@ -468,11 +531,29 @@ def spec_of(result: ArrayLike) -> ResultSpec:
 
 
 def consistent(specs: Sequence[ResultSpec]) -> tuple[ResultSpec, list[int]]:
-    """The majority ``(shape, dtype)`` and the positions that differ from it."""
+    """The majority shape with the dtype the agreeing results promote to, and the
+    positions whose shape differs from it.
+
+    Dtypes are not compared: a systematic share's exact integer result and a mixed
+    share's float result of the same f agree once cast to the job's result dtype.
+    """
     from collections import Counter
 
-    expected = Counter(specs).most_common(1)[0][0]
-    return expected, [p for p, s in enumerate(specs) if s != expected]
+    shape = Counter(s[0] for s in specs).most_common(1)[0][0]
+    bad = [p for p, s in enumerate(specs) if s[0] != shape]
+    dtype = np.result_type(*(np.dtype(s[1]) for s in specs if s[0] == shape))
+    return (shape, dtype.str), bad
+
+
+def picked_dtype(D: FloatArray, dtypes: Sequence[str]) -> np.dtype[Any]:
+    """The dtype of a decode with matrix ``D`` from results of ``dtypes``: what the
+    results it draws on (nonzero columns) promote to. A decode that only picks results
+    (repetition, an exact set of a systematic code) keeps an integer dtype even when
+    the float results of mixed shares were gathered too."""
+    drawn = np.flatnonzero(np.any(np.asarray(D) != 0, axis=0))
+    return np.result_type(
+        *(np.dtype(dtypes[p]) for p in (drawn if drawn.size else range(len(dtypes))))
+    )
 
 
 def sketch_task(
@@ -529,12 +610,11 @@ def stack_decode_task(
     expected, bad = consistent(specs)
     if bad:
         raise InconsistentResults(
-            f"{len(bad)} result(s) differ from the shape {expected[0]} dtype {expected[1]} "
-            "of the others",
+            f"{len(bad)} result(s) differ from the shape {expected[0]} of the others",
             bad,
             specs,
         )
-    dtype = np.dtype(expected[1])
+    dtype = picked_dtype(D, [s[1] for s in specs])
     blocks = matmul_tiled(D, results)
     if transform is not None:
         blocks = transform.inverse(blocks)
@@ -552,7 +632,7 @@ def stack_decode_task(
         residual = off / total if total else 0.0
     info: DecodedInfo = {
         "shape": expected[0],
-        "dtype": expected[1],
+        "dtype": dtype.str,
         "sketches": sketches,
         "residual": residual,
     }
