@@ -170,6 +170,29 @@ async def test_domain_failure_warns_and_decodes_exactly(c, s, *workers, func):
 
 
 @gen_cluster(client=True, nthreads=FOUR)
+async def test_auto_weighs_exact_codes_only_for_a_func_seen_failing_on_coded_shares(c, s, *workers):
+    from dask_bacc.runtime import submit
+
+    X = np.random.default_rng(1).integers(-5, 5, size=(8, 3)).astype(float)
+    key = submit.function_key(integral_or_nan)
+    submit._exact_only.discard(key)
+    late = real_share("systematic-spline", 2, 4, 1)
+    async with gate_stragglers(indices=[late], client=c) as gate:
+        job = await dask_bacc.submit_coded(integral_or_nan, X, n_blocks=2, n_coded=4, client=c)
+        await until(lambda: bool(job.report.domain_failure), "the domain failure")
+        await gate.release()
+        with pytest.warns(dask_bacc.ApproximationWarning):
+            await job
+    await until(lambda: key in submit._exact_only, "the domain failure to be learnt")
+    job = await dask_bacc.submit_coded(integral_or_nan, X, n_blocks=2, code="auto", client=c)
+    out = await job
+    assert job.report.code["name"] in submit.EXACT_AUTO_CODES
+    assert "exact_only" in job.report.auto
+    np.testing.assert_array_equal(out, X * 2)
+    submit._exact_only.discard(key)
+
+
+@gen_cluster(client=True, nthreads=FOUR)
 async def test_domain_failure_erase_decodes_from_the_rest(c, s, *workers):
     X = np.random.default_rng(1).integers(-5, 5, size=(8, 3)).astype(float)
     with dask.config.set({"bacc.on-domain-failure": "erase"}):

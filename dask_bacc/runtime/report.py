@@ -97,7 +97,8 @@ class JobReport:
         (``"chosen"``: code, N, k, predicted time in median tasks, its 90th percentile and
         predicted error; ``"reason"``; ``"alternatives"`` weighed; ``"error_budget"``;
         ``"calibration"``; ``"model_jobs"``). ``"chosen"`` is None when the defaults ran
-        (the model knew too little). None without auto mode.
+        (the model knew too little). ``"exact_only"`` says why only exact codes were
+        weighed (func failed on coded shares in an earlier job). None without auto mode.
     warnings : list of str
         The warnings about the answer (``ApproximationWarning``, ``SuspectResultsWarning``,
         ...), as ``"Kind: message"``; each is also emitted where the result is taken.

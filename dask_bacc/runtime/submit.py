@@ -157,6 +157,11 @@ logger = logging.getLogger(__name__)
 
 #: how the jobs' error estimates compare with the accuracy model, per function
 _calibration = Calibration()
+#: functions seen failing on coded shares (not defined on mixed blocks): code="auto"
+#: weighs only exact codes for them
+_exact_only: set[str] = set()
+#: what code="auto" weighs for a function in ``_exact_only``
+EXACT_AUTO_CODES = ("repetition", "uncoded")
 
 
 def _wants_auto(code: object, n_coded: object, wait: object) -> bool:
@@ -261,6 +266,13 @@ def plan_job(
     )
 
 
+def learn_domain(job: CodedJob, key: str) -> None:
+    """After any job: remember a function found not defined on coded shares (a done
+    callback; code="auto" then weighs exact codes only for it)."""
+    if job.domain_failure:
+        _exact_only.add(key)
+
+
 def learn_calibration(job: CodedJob, key: str) -> None:
     """After an auto job: fit its function's calibration (kept under ``key``) to the job's
     error estimate and to those of its shorter waits (the same results, fewer of them).
@@ -302,7 +314,10 @@ async def _auto_setup(
             fixed_n = default_n_coded(code.lower(), K, len(others or running), options)
         elif n_coded is not None:
             fixed_n = int(n_coded)
-    codes = [(c, {}) for c in AUTO_CODES] if code == AUTO else [(code, options)]
+    names = AUTO_CODES
+    if code == AUTO and func_name in _exact_only:
+        names = EXACT_AUTO_CODES  # func failed on coded shares in an earlier job
+    codes = [(c, {}) for c in names] if code == AUTO else [(code, options)]
     chosen = None
     if view is not None:
         try:
@@ -311,18 +326,23 @@ async def _auto_setup(
             )
         except NoSetting as exc:
             why = f"{exc}: the defaults"
+    exact_only = names is EXACT_AUTO_CODES
+    note = {"exact_only": "func failed on coded shares in an earlier job"} if exact_only else {}
     if chosen is None:  # the defaults, and why
-        name = str(config.get("code")) if code == AUTO else code
+        name = code
+        if code == AUTO:
+            name = EXACT_AUTO_CODES[0] if exact_only else str(config.get("code"))
         coder = _build_code(name, K, fixed_n, len(others or running), options)
         default = resolve_wait(None if free_wait else wait, coder)
-        return coder, default, _place(workers, coder.N, avoid), {"chosen": None, "reason": why}
+        auto = {"chosen": None, "reason": why, **note}
+        return coder, default, _place(workers, coder.N, avoid), auto
     c = chosen.chosen
     coder = get_code(c.code, K, c.N, **dict(codes)[c.code])
     if free_wait and not coder.exact:
         policy: WaitPolicy = FirstK(c.k)
     else:
         policy = resolve_wait(None if free_wait else wait, coder)
-    return coder, policy, chosen.workers, chosen.as_dict()
+    return coder, policy, chosen.workers, {**chosen.as_dict(), **note}
 
 
 async def _submit(
@@ -431,8 +451,11 @@ async def _submit(
     job.progress = progress
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()
-    if job.report.auto is not None and job._task is not None:
-        job._task.add_done_callback(lambda _: learn_calibration(job, key))
+    key = function_key(func)
+    if job._task is not None:
+        job._task.add_done_callback(lambda _: learn_domain(job, key))
+        if job.report.auto is not None:
+            job._task.add_done_callback(lambda _: learn_calibration(job, key))
     return job
 
 
