@@ -50,12 +50,17 @@ class MapCall:
 
     dim : str or None
         ``xarray.map_blocks``: the chunked dimension.
+    deps : dict
+        Values ``args``/``kwargs`` read from the graph under their own keys (a
+        ``dask.delayed`` argument, or a large array dask stores once), each a ``Delayed``
+        keyed by the key it stands for; ``args``/``kwargs`` hold a :class:`Dependency` in
+        their place until :meth:`resolve` puts the computed values in.
 
     Deliberately not a dataclass: ``dask.delayed`` unpacks dataclasses and would compute
     ``data`` before the driver task sees it.
     """
 
-    __slots__ = ("adapter", "args", "data", "dim", "func", "kwargs", "result")
+    __slots__ = ("adapter", "args", "data", "deps", "dim", "func", "kwargs", "result")
 
     def __init__(
         self,
@@ -66,10 +71,12 @@ class MapCall:
         kwargs: dict[str, Any],
         result: Any,
         dim: str | None = None,
+        deps: dict[Any, Any] | None = None,
     ):
         self.adapter, self.func, self.data = adapter, func, data
         self.args, self.kwargs, self.result = tuple(args), dict(kwargs), result
         self.dim = dim
+        self.deps: dict[Any, Any] = dict(deps or {})
 
     @property
     def kind(self) -> str:
@@ -79,11 +86,54 @@ class MapCall:
     def without_result(self) -> MapCall:
         """This call without ``result``: what the driver task takes (it needs no output
         graph, and must not hold the plain map's)."""
-        return MapCall(self.adapter, self.func, self.data, self.args, self.kwargs, None, self.dim)
+        return MapCall(
+            self.adapter, self.func, self.data, self.args, self.kwargs, None, self.dim, self.deps
+        )
+
+    def resolve(self, values: dict[Any, Any]) -> MapCall:
+        """This call with each :class:`Dependency` in ``args``/``kwargs`` replaced by its
+        computed value (``values``: the computed :attr:`deps`, which the driver task
+        receives as its own dependencies)."""
+        missing = set(self.deps) - set(values)
+        if missing:
+            raise RewriteError(f"the driver task did not receive the argument(s) {sorted(missing)}")
+        args = tuple(_substitute(a, values) for a in self.args)
+        kwargs = {k: _substitute(v, values) for k, v in self.kwargs.items()}
+        return MapCall(self.adapter, self.func, self.data, args, kwargs, self.result, self.dim)
 
     def __repr__(self) -> str:
         name = getattr(self.func, "__name__", type(self.func).__name__)
         return f"<MapCall {self.kind} {name} over {type(self.data).__name__}>"
+
+
+class Dependency:
+    """Placeholder for an argument of the mapped function that the graph holds under its own
+    key (``key``): a ``dask.delayed`` value, or a large array dask stores once."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any):
+        self.key = key
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Dependency, (self.key,))
+
+    def __dask_tokenize__(self) -> tuple[str, Any]:
+        return ("bacc-dependency", self.key)
+
+    def __repr__(self) -> str:
+        return f"Dependency({self.key!r})"
+
+
+def _substitute(obj: Any, values: dict[Any, Any]) -> Any:
+    """``obj`` with every :class:`Dependency` (also inside lists, tuples, dicts) replaced."""
+    if isinstance(obj, Dependency):
+        return values[obj.key]
+    if type(obj) in (list, tuple, set):
+        return type(obj)(_substitute(o, values) for o in obj)
+    if type(obj) is dict:
+        return {k: _substitute(v, values) for k, v in obj.items()}
+    return obj
 
 
 def find_map(collection: Any) -> MapCall:
@@ -128,12 +178,14 @@ def _map_blocks_call(x: Any) -> MapCall:
         raise RewriteError(f"the array's graph is a {type(graph).__name__}, not a layered graph")
     name = _skip_passthrough(graph, x.name)
     layer = graph.layers[name]
+    _refuse_overlap(graph, name)
     if not isinstance(layer, Blockwise):
         raise RewriteError(
             f"the array's final operation {name!r} is a {type(layer).__name__} layer, not a "
             "map over blocks (x.map_blocks / da.blockwise); reductions, rechunks, slicing "
             "and graphs fused by optimization cannot be rewritten"
         )
+    _refuse_masked(x)
     # (dask allows a TaskRef name only for a broadcast input, whose index is None)
     inputs = sorted({n for n, ind in layer.indices if ind is not None and isinstance(n, str)})
     if len(inputs) != 1:
@@ -173,7 +225,71 @@ def _map_blocks_call(x: Any) -> MapCall:
         chunks=chunks,
         meta=np.empty((0,) * len(chunks), dtype=dtype),
     )
-    return MapCall(ARRAY, func, data, args, kwargs, x)
+    deps = _dependencies(graph, (args, kwargs))
+    return MapCall(ARRAY, func, data, args, kwargs, x, deps=deps)
+
+
+def _refuse_overlap(graph: Any, name: str) -> None:
+    """``x.map_overlap(f, ...)``: its last layer (``_trim-<token>``) trims the overlap off
+    blocks that read their neighbours' rows, or (``trim=False``) ``f`` maps straight over
+    the overlapping blocks. A coded block has no neighbours: refuse it by name."""
+    message = (
+        "the map reads overlapping blocks (x.map_overlap / da.overlap: each block sees "
+        "rows of its neighbours, which a coded block does not have); run it with plain "
+        "Dask: x.map_overlap(f, depth=..., boundary=...).compute()"
+    )
+    if name.startswith("_trim-"):
+        raise RewriteError(message)
+    for dep in graph.dependencies.get(name, ()):
+        if "Overlap" in type(graph.layers[dep]).__name__ or dep.startswith("overlap-"):
+            raise RewriteError(message)
+
+
+def _refuse_masked(x: Any) -> None:
+    """The map's meta says its blocks are not plain NumPy arrays (``np.ma.MaskedArray``,
+    sparse, CuPy...): coded blocks are plain arrays, and the mask would be lost."""
+    meta = getattr(x, "_meta", None)
+    if meta is None or type(meta) is np.ndarray:
+        return
+    what = f"{type(meta).__module__}.{type(meta).__name__}"
+    if isinstance(meta, np.ma.MaskedArray):
+        what = "numpy.ma.MaskedArray (masked arrays)"
+    raise RewriteError(
+        f"the map's blocks are {what}, not plain NumPy arrays: coded blocks are plain "
+        "arrays, so a mask (or any other array type) would be lost; run it with plain "
+        "Dask: y.compute()"
+    )
+
+
+def _dependencies(graph: Any, obj: Any) -> dict[Any, Any]:
+    """A ``Delayed`` of each :class:`Dependency` in ``obj`` (args and kwargs), its graph
+    culled to the layer that holds it: the driver task takes them as its own inputs."""
+    from dask.delayed import Delayed
+
+    found: dict[Any, Any] = {}
+
+    def walk(o: Any) -> None:
+        if isinstance(o, Dependency):
+            found.setdefault(o.key, None)
+        elif isinstance(o, (list, tuple, set)):
+            for item in o:
+                walk(item)
+        elif isinstance(o, dict):
+            for item in o.values():
+                walk(item)
+
+    walk(obj)
+    deps = {}
+    for key in found:
+        layer = key if key in graph.layers else None
+        if layer is None:
+            layer = next((n for n, lay in graph.layers.items() if key in lay), None)
+        if layer is None:
+            raise RewriteError(
+                f"the mapped function reads {key!r}, which is not in the collection's graph"
+            )
+        deps[key] = Delayed(key, graph.cull_layers([layer]))
+    return deps
 
 
 def _skip_passthrough(graph: Any, name: str) -> str:
@@ -217,7 +333,7 @@ def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
 
     Private API: ``dask._task_spec`` (``Task``, ``TaskRef``, ``DataNode``).
     """
-    from dask._task_spec import DataNode, GraphNode, Task, TaskRef
+    from dask._task_spec import DataNode, Dict, GraphNode, List, Set, Task, TaskRef, Tuple
 
     if not isinstance(task, Task):
         raise RewriteError(f"the block task is a {type(task).__name__}, not a function call")
@@ -233,14 +349,26 @@ def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
     def value(node: Any) -> Any:
         if isinstance(node, DataNode):
             return node.value
+        if isinstance(node, TaskRef) and not isinstance(node.key, tuple):
+            # a dask.delayed argument, or a large array dask stores once under its own key
+            return Dependency(node.key)
         if isinstance(node, GraphNode):
-            if node.dependencies:
+            deps = node.dependencies
+            if any(isinstance(d, tuple) for d in deps) or (
+                deps and not isinstance(node, (List, Tuple, Dict, Set))
+            ):
                 raise RewriteError(
                     "the mapped function takes another dask collection as an argument "
-                    f"({sorted(map(str, node.dependencies))[:2]}): several chunked inputs "
-                    "cannot be coded together"
+                    f"({sorted(map(str, deps))[:2]}): several chunked inputs "
+                    "cannot be coded together; compute it first, or run it with plain Dask"
                 )
-            return node({})  # a nested call of literals
+            # a nested call of literals, or a container of them and of keyed values
+            return node({d: Dependency(d) for d in deps})
+        if isinstance(node, TaskRef):
+            raise RewriteError(
+                f"the mapped function takes the block {node.key!r} of another dask "
+                "collection as an argument: several chunked inputs cannot be coded together"
+            )
         return node
 
     args = tuple(value(a) for a in task.args[1:])
@@ -277,6 +405,25 @@ def _map_partitions_expr(obj: Any) -> tuple[Callable, Any, tuple, dict] | None:
     expr = obj.expr
     if not isinstance(expr, MapPartitions):
         return None
+    # UFuncElemwise: np.sqrt(ddf) and other NumPy ufuncs, one call per partition
+    if type(expr) is not MapPartitions and type(expr).__name__ != "UFuncElemwise":
+        if type(expr).__name__ == "MapOverlap":
+            raise RewriteError(
+                "the final operation is ddf.map_overlap, not map_partitions: each partition "
+                "reads rows of its neighbours (before/after), which a coded partition does "
+                "not have; run it with plain Dask: ddf.map_overlap(f, before, after).compute()"
+            )
+        raise RewriteError(
+            f"the final operation is {type(expr).__name__}, a variant of map_partitions "
+            "that the rewrite does not know; write it as ddf.map_partitions(f, ...), or run "
+            "it with plain Dask: y.compute()"
+        )
+    if expr._has_partition_info:
+        raise RewriteError(
+            "the mapped function takes partition_info (each partition's number and "
+            "division): a coded partition mixes several partitions and has none; run it "
+            "with plain Dask: ddf.map_partitions(f, ...).compute()"
+        )
     frame, *args = expr.args
     if any(isinstance(a, Expr) for a in args):
         raise RewriteError(

@@ -55,9 +55,9 @@ TargetT = TypeVar("TargetT")
 #: ``map_partitions``' target: the output's meta (pandas is not imported here)
 FrameTarget: TypeAlias = "pd.DataFrame | pd.Series[Any]"
 
-#: ``xr.map_blocks``' target: each lazy variable's (shape, dtype); ``None`` names a
-#: DataArray's own data
-XarrayTarget: TypeAlias = dict[Hashable, tuple[tuple[int, ...], np.dtype[Any]]]
+#: ``xr.map_blocks``' target: each lazy variable's (shape, dtype, "data" or "coord");
+#: ``None`` names a DataArray's own data
+XarrayTarget: TypeAlias = dict[Hashable, tuple[tuple[int, ...], np.dtype[Any], str]]
 
 
 class RewriteKind(ABC, Generic[TargetT]):
@@ -90,6 +90,21 @@ class RewriteKind(ABC, Generic[TargetT]):
             Non-numeric input, uneven chunks...
         """
         adapt(call.data)
+
+    def function(self, call: MapCall) -> Any:
+        """What the coded job maps: ``call.func``, or a wrapper that refuses what a coded
+        block would lose (:class:`ArrayRewrite`: masked results).
+
+        Parameters
+        ----------
+        call : MapCall
+
+        Returns
+        -------
+        callable
+            Picklable; called as ``call.func`` is.
+        """
+        return call.func
 
     @abstractmethod
     def target(self, call: MapCall, exact_dtypes: bool) -> TargetT:
@@ -191,6 +206,9 @@ class ArrayRewrite(RewriteKind[np.dtype[Any]]):
         """``arr`` as the output collection (itself, for a dask array)."""
         return arr
 
+    def function(self, call: MapCall) -> Any:
+        return Unmasked(call.func)
+
     def target(self, call: MapCall, exact_dtypes: bool) -> np.dtype[Any]:
         arr = self.output_array(call)
         if any(np.isnan(c) for cs in arr.chunks for c in cs):
@@ -205,7 +223,7 @@ class ArrayRewrite(RewriteKind[np.dtype[Any]]):
     def blocks(self, client: Client, out: Any, target: np.dtype[Any]) -> list[NDArray[Any]]:
         parts = list(np.ravel(out.to_delayed()))
         blocks = client.gather(client.compute(parts))
-        return [np.asarray(b).astype(target, copy=False) for b in blocks]
+        return [_cast(b, target, "the map's output") for b in blocks]
 
     def rebuild(self, call: MapCall, driver: Delayed, target: np.dtype[Any]) -> Any:
         import dask.array as da
@@ -263,12 +281,9 @@ class FrameRewrite(RewriteKind[FrameTarget]):
         return {"combine": "auto"}
 
     def blocks(self, client: Client, out: Any, target: FrameTarget) -> list[Any]:
-        import pandas as pd
 
         blocks = client.gather(client.compute(list(out.to_delayed())))
-        if isinstance(target, pd.DataFrame):
-            return [b.astype(target.dtypes.to_dict()) for b in blocks]
-        return [b.astype(target.dtype) for b in blocks]
+        return [_frame_like(b, target) for b in blocks]
 
     def rebuild(self, call: MapCall, driver: Delayed, target: FrameTarget) -> Any:
         import dask.dataframe as dd
@@ -285,7 +300,8 @@ class FrameRewrite(RewriteKind[FrameTarget]):
 class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
     """``xr.map_blocks(f, obj)`` on one DataArray/Dataset chunked along ``call.dim``.
 
-    The target is each lazy variable's (shape, dtype), ``None`` naming a DataArray's data;
+    The target is each lazy variable's (shape, dtype, and whether it is a data variable or
+    a coordinate), ``None`` naming a DataArray's data;
     the driver task's result is each lazy variable's values, the output ``call.result``
     with every lazy variable read from them, in its chunks.
     """
@@ -294,12 +310,17 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
 
     def check(self, call: MapCall) -> None:
         adapt(call.data, dim=call.dim)
+        _check_dim_coords(call)
 
     def target(self, call: MapCall, exact_dtypes: bool) -> XarrayTarget:
         # coordinates are labels map_coded restores, not decoded values: their dtype stays
         coords = set(call.result.coords)
         return {
-            name: (v.shape, _float_unless(v.dtype, exact_dtypes or name in coords))
+            name: (
+                v.shape,
+                _float_unless(v.dtype, exact_dtypes or name in coords),
+                "coord" if name in coords else "data",
+            )
             for name, v in _lazy_variables(call.result).items()
         }
 
@@ -321,7 +342,7 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
             name: da.from_delayed(_item(driver, name), shape=shape, dtype=dtype).rechunk(
                 lazy[name].chunks
             )
-            for name, (shape, dtype) in target.items()
+            for name, (shape, dtype, _) in target.items()
         }
         if isinstance(y, xr.DataArray):
             out = y.copy(data=arrays.pop(None)) if None in arrays else y.copy()
@@ -329,6 +350,37 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
             out = y.copy(data={n: arrays.pop(n, v.data) for n, v in y.data_vars.items()})
         coords = {n: (y[n].dims, a, y[n].attrs) for n, a in arrays.items()}
         return out.assign_coords(coords) if coords else out
+
+
+class Unmasked:
+    """``func``, refusing a masked result (``numpy.ma``) with :class:`RewriteError`: a coded
+    block is a plain array, and the decoded output would silently lose the mask. (The map's
+    meta shows most masked maps at ``coded()`` time; this catches those whose meta does
+    not, on the data.)"""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Any):
+        self.func = func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.func(*args, **kwargs)
+        if isinstance(out, np.ma.MaskedArray):
+            raise RewriteError(
+                f"{self.__name__} returned a masked array (numpy.ma): coded blocks are plain "
+                "arrays and the mask would be lost; run it with plain Dask: y.compute()"
+            )
+        return out
+
+    @property
+    def __name__(self) -> str:  # the job's report names the mapped function
+        return str(getattr(self.func, "__name__", type(self.func).__name__))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Unmasked, (self.func,))
+
+    def __repr__(self) -> str:
+        return f"Unmasked({self.func!r})"
 
 
 #: The adapter of each kind (stateless: one instance each)
@@ -364,18 +416,130 @@ def _lazy_variables(obj: Any) -> dict[Hashable, Any]:
 
 
 def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any]]:
-    """The values of each lazy variable of ``xr.map_blocks``' result, from the coded output."""
+    """The values of each lazy variable of ``xr.map_blocks``' result, from the coded output.
+
+    Checks the coded output against the template as ``xr.map_blocks`` checks each block's
+    result (its type and data variables); a mismatch raises :class:`RewriteError`.
+    """
+    import xarray as xr
+
+    expect_array = None in target
+    if isinstance(out, xr.DataArray) != expect_array:
+        raise RewriteError(
+            f"f returned a {type(out).__name__} but xr.map_blocks' template is a "
+            f"{'DataArray' if expect_array else 'Dataset'} (plain xarray raises here too): "
+            "fix template= or f"
+        )
+    if not expect_array:
+        want = {n for n, (_, _, kind) in target.items() if kind == "data"}
+        got = set(out.data_vars)
+        if not want <= got or got - want - set(target):
+            raise RewriteError(
+                f"f's output has data variables {sorted(map(str, got))}, but xr.map_blocks' "
+                f"template has {sorted(map(str, want))} (plain xarray raises here too): fix "
+                "template= or f"
+            )
     values = {}
-    for name, (shape, dtype) in target.items():
+    for name, (shape, dtype, _) in target.items():
         if name is None:
             var = out.variable
         else:
             var = out[name].variable if name in out.coords or name in out.variables else None
         if var is None or var.shape != shape:
-            raise ValueError(
+            raise RewriteError(
                 f"the coded output's variable {name!r} has shape "
-                f"{None if var is None else var.shape}, but xr.map_blocks expects {shape}: "
-                "f must keep the layout xr.map_blocks' template describes (rows along dim)"
+                f"{None if var is None else var.shape}, but xr.map_blocks' template expects "
+                f"{shape}: f must keep the layout the template describes (rows along dim); "
+                "plain xarray raises on such a mismatch too"
             )
-        values[name] = np.asarray(var.values).astype(dtype, copy=False)
+        what = "the output" if name is None else f"variable {name!r}"
+        values[name] = _cast(var.values, dtype, what)
     return values
+
+
+def _cast(values: Any, dtype: np.dtype[Any], what: str) -> NDArray[Any]:
+    """``values`` as a NumPy array of ``dtype`` (the plain map's declared dtype); raises
+    :class:`RewriteError` where the cast would change values (NaN in an integer dtype,
+    fractions, overflow) or drop a mask: plain Dask would have returned them unchanged."""
+    if isinstance(values, np.ma.MaskedArray):
+        raise RewriteError(
+            f"{what} is a masked array (numpy.ma): coded blocks are plain arrays and the "
+            "mask would be lost; run it with plain Dask: y.compute()"
+        )
+    arr = np.asarray(values)
+    if arr.dtype == dtype:
+        return arr
+    cast = arr.astype(dtype)
+    if arr.dtype.kind in "biufc" and dtype.kind in "biufc":
+        with np.errstate(invalid="ignore", over="ignore"):
+            same = np.array_equal(cast.astype(arr.dtype), arr, equal_nan=arr.dtype.kind in "fc")
+        if not same:
+            raise RewriteError(
+                f"{what} has dtype {arr.dtype} with values that dtype {dtype} cannot hold "
+                f"(NaN, fractions or out of range), but the map declares {dtype}: plain Dask "
+                f"would return {arr.dtype}. Declare the real dtype (dtype=/meta=/template= "
+                f"with {arr.dtype}), or run it with plain Dask: y.compute()"
+            )
+    return cast
+
+
+def _frame_like(block: Any, target: FrameTarget) -> Any:
+    """A decoded partition with the plain map's dtypes and index/column names (``target``:
+    its meta); raises :class:`RewriteError` where a cast would change values."""
+    import pandas as pd
+
+    if isinstance(target, pd.DataFrame) and isinstance(block, pd.DataFrame):
+        if list(block.columns) != list(target.columns):
+            return block  # the job's own labels: nothing to cast by name
+        out = block.copy(deep=False)
+        for col, dtype in target.dtypes.items():
+            values = block[col]
+            if values.dtype != dtype:
+                np_dtype = np.dtype(dtype) if isinstance(dtype, np.dtype) else None
+                if np_dtype is None:
+                    out[col] = values.astype(dtype)
+                else:
+                    out[col] = _cast(values.to_numpy(), np_dtype, f"column {col!r}")
+        if out.columns.nlevels == target.columns.nlevels:
+            out.columns.names = target.columns.names
+    elif isinstance(target, pd.Series) and isinstance(block, pd.Series):
+        if block.dtype != target.dtype and isinstance(target.dtype, np.dtype):
+            out = pd.Series(
+                _cast(block.to_numpy(), target.dtype, f"Series {block.name!r}"),
+                index=block.index,
+                name=block.name,
+            )
+        else:
+            out = block.astype(target.dtype)
+    else:
+        return block
+    # map_partitions' meta carries what f does to the index's names (rename_axis...),
+    # which the decoded partition, labelled with the input's index, does not
+    if out.index.nlevels == target.index.nlevels and list(out.index.names) != list(
+        target.index.names
+    ):
+        out.index = out.index.set_names(list(target.index.names))
+    return out
+
+
+def _check_dim_coords(call: MapCall) -> None:
+    """Refuse an ``xr.map_blocks`` whose template changes the coordinates along the mapped
+    dimension: the coded output gets the input's back (a coded block has none of its own)."""
+    y, dim = call.result, call.dim
+    if dim is None or dim not in y.dims:
+        return
+    for name, coord in call.data.coords.items():
+        if dim not in coord.dims or name not in y.coords:
+            continue
+        if name not in call.data.indexes:
+            continue
+        mine = call.data.indexes[name]
+        theirs = y.indexes.get(name)
+        if theirs is not None and not mine.equals(theirs):
+            raise RewriteError(
+                f"xr.map_blocks' template has other values for the coordinate {name!r} "
+                f"along the mapped dimension {dim!r} than the input: the coded output "
+                "carries the input's coordinates (a coded block mixes blocks and has none "
+                "of its own). Keep the coordinate in f and the template, or run it with "
+                "plain Dask: xr.map_blocks(f, obj, template=...).compute()"
+            )

@@ -413,8 +413,80 @@ class XarrayBlocks(Blocks):
                 mock = self.flat[: self.block_shape[0]].copy()  # f may write into its input
             template, inferred = func(_rebuild(mock, self.inputs), *args, **kwargs), True
         self.outputs = self._output_layout(template, inferred)
+        if inferred:
+            self._check_labels_unused(func, args, kwargs, mock, template)
         self.template = template
         return CodedBlockFunc(func, self.inputs, self.outputs)
+
+    def _check_labels_unused(
+        self, func: Any, args: tuple, kwargs: dict, mock: np.ndarray, template: Any
+    ) -> None:
+        """Refuse an ``f`` that reads the coordinates along ``dim`` or changes them.
+
+        A coded block carries no coordinates along ``dim`` (it mixes several blocks), so
+        ``f`` sees default positions there (``obj.x`` is ``0..rows-1``). ``f`` runs again on
+        the mock block labelled with the real coordinates of the first and of the last
+        block; if its output's values differ from ``template`` (its output on the unlabelled
+        mock), or ``f`` fails only on one of them, ``f`` reads the coordinates, and if its
+        output's coordinates along ``dim`` are not the block's, ``f`` changes them: either
+        way the coded answer would differ from ``f`` on the real blocks. A check on one
+        small mock block, so it finds what ``f`` does with these coordinates there (a
+        dependence that only shows on other values can go unseen). Only coordinates held
+        in memory are tried (the index coordinates; lazy ones are not computed here).
+
+        Raises
+        ------
+        RewriteError
+            ``f`` reads or changes the coordinates along ``dim``.
+        """
+        from ..exceptions import RewriteError
+
+        dim, rows = self.dim, self.block_shape[0]
+        labels = {
+            k: v
+            for k, v in self.dim_coords.variables.items()
+            if dim in v.dims and not _is_chunked(v)
+        }
+        if not labels or not isinstance(template, (xr.DataArray, xr.Dataset)):
+            return
+        names = ", ".join(repr(k) for k in labels)
+        alternative = (
+            "use positions instead of the coordinate values, or pass them as a data "
+            "variable (obj.reset_coords / obj.assign(...)), which is coded with the data; "
+            "or run it with plain Dask (xr.map_blocks(f, obj).compute())"
+        )
+        for j in sorted({0, self.K - 1}):
+            block = {
+                k: v.isel({dim: slice(j * rows, (j + 1) * rows)}).copy(deep=True)
+                for k, v in labels.items()
+            }
+            view = _rebuild(mock.copy(), self.inputs).assign_coords(block)
+            try:
+                out = func(view, *args, **kwargs)
+            except Exception as exc:
+                raise RewriteError(
+                    f"f reads the coordinate(s) {names} along the mapped dimension {dim!r}: "
+                    f"it fails on a block labelled with them ({type(exc).__name__}: {exc}) "
+                    "but not on one without. A coded block mixes several blocks and has no "
+                    f"coordinates along {dim!r}; {alternative}"
+                ) from exc
+            if not _same_values(out, template):
+                raise RewriteError(
+                    f"f reads the coordinate(s) {names} along the mapped dimension {dim!r}: "
+                    "its output changes with their values. A coded block mixes several "
+                    f"blocks and has no coordinates along {dim!r}, so f would see made-up "
+                    f"ones; {alternative}"
+                )
+            if isinstance(out, (xr.DataArray, xr.Dataset)):
+                for k, v in block.items():
+                    if k in out.indexes and not out.indexes[k].equals(v.to_index()):
+                        raise RewriteError(
+                            f"f changes the coordinate {k!r} along the mapped dimension "
+                            f"{dim!r} (xr.map_blocks requires each block's result to keep "
+                            "it); the coded output carries the input's coordinates there. "
+                            "Change the coordinate after the map, or run it with plain Dask "
+                            "(xr.map_blocks(f, obj).compute())"
+                        )
 
     def _output_layout(self, template: Any, inferred: bool) -> _OutputLayout:
         if not isinstance(template, (xr.DataArray, xr.Dataset)):
@@ -567,6 +639,36 @@ class XarrayBlocks(Blocks):
             labels = self.dim_coords[dim].isel({dim: slice(None, None, self.block_shape[0])})
             out = out.assign_coords({dim: labels.variable})
         return out
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` (f's outputs on two views of one block) hold the same data."""
+    if isinstance(a, (xr.DataArray, xr.Dataset)) and isinstance(b, (xr.DataArray, xr.Dataset)):
+        if type(a) is not type(b):
+            return False
+        va, vb = _data_vars(a), _data_vars(b)
+        if set(va) != set(vb):
+            return False
+        # lazy variables (f passing on a dask-backed constant) are not computed here
+        return all(
+            _same_array(va[k].values, vb[k].values)
+            for k in va
+            if not (_is_chunked(va[k]) or _is_chunked(vb[k]))
+        )
+    try:
+        return _same_array(np.asarray(a), np.asarray(b))
+    except Exception:
+        return False
+
+
+def _same_array(a: Any, b: Any) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    try:
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    except TypeError:
+        return bool(np.array_equal(a, b))
 
 
 def _output_dtype(template: np.dtype, decoded: np.dtype) -> np.dtype:

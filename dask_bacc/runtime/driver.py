@@ -100,7 +100,7 @@ def coded(
     if fallback not in ("raise", "plain"):
         raise ValueError(f"fallback must be 'raise' or 'plain', got {fallback!r}")
     try:
-        call = find_map(collection)
+        call = _find_map(collection)
     except RewriteError:
         if fallback == "plain":
             return collection
@@ -144,10 +144,52 @@ def coded(
         settings,
         target,
         token,
+        # the values f's arguments read from the graph (dask.delayed, large arrays dask
+        # stores once): inputs of the driver task, computed before it runs
+        call.deps,
         dask_key_name=keys.driver_key(token),
     )
     rebuilt: CollectionT = call.adapter.rebuild(call, driver, target)  # the same kind
     return rebuilt
+
+
+def _find_map(collection: Any) -> MapCall:
+    """:func:`find_map`, any failure to read the graph turned into a :class:`RewriteError`
+    with a message (never a bare ``KeyError`` from deep inside the rewrite)."""
+    try:
+        return find_map(collection)
+    except RewriteError:
+        raise
+    except Exception as exc:
+        raise RewriteError(
+            f"cannot rewrite this {type(collection).__name__}: reading its final map over "
+            f"chunks failed ({type(exc).__name__}: {exc}); run it with plain Dask "
+            "(y.compute()), or pass fallback='plain' to get it back unchanged"
+        ) from exc
+
+
+def _forward_warnings(report: JobReport) -> None:
+    """Send the job's warnings (``report.warnings``) to every client of the cluster, once
+    each: the driver task runs the job on a worker, where a warning would only reach that
+    worker's stderr. It is what ``distributed.warn`` sends (the event-log topic ``warn``,
+    which clients turn into ``warnings.warn``), without warning a second time here: the
+    job already warned where its result was taken, in this task."""
+    import pickle
+
+    from distributed import get_worker
+
+    from .. import exceptions
+
+    worker = get_worker()
+    for text in report.warnings:
+        name, sep, message = text.partition(": ")
+        category = getattr(exceptions, name, None) if sep else None
+        if not (isinstance(category, type) and issubclass(category, Warning)):
+            category, message = UserWarning, text
+        worker.log_event(
+            "warn",
+            {"message": pickle.dumps(message), "category": pickle.dumps(category)},
+        )
 
 
 def _keeps_dtype(code: str | Code) -> bool:
@@ -165,15 +207,24 @@ def _bacc_settings() -> dict[str, Any]:
 
 
 def _drive(
-    call: MapCall, options: dict[str, Any], settings: dict[str, Any], target: Any, token: str
+    call: MapCall,
+    options: dict[str, Any],
+    settings: dict[str, Any],
+    target: Any,
+    token: str,
+    deps: dict[Any, Any] | None = None,
 ) -> object:
     """The driver task: run the coded job from inside the cluster; return what the
     collection's chunks read (``call.adapter.blocks``: the K blocks or, for
     ``xr.map_blocks``, the values of each lazy variable). The job's report goes to the
-    scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`."""
+    scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`, and its warnings
+    to the clients (:func:`_forward_warnings`). ``deps`` are the computed values of
+    ``call.deps``."""
     import dask
     from distributed import get_client, get_worker
 
+    if call.deps:
+        call = call.resolve(deps or {})
     client = get_client()
     # no coded task of this job on this worker: a straggler there would hold the thread
     # the collection's output chunks (which read this task's result, here) need
@@ -188,7 +239,7 @@ def _drive(
         # combine, and labels (dim) only where the kind has them: the mapped function may
         # take a dim keyword of its own
         job = submit_coded(
-            call.func,
+            call.adapter.function(call),
             call.data,
             *call.args,
             client=client,
@@ -202,7 +253,15 @@ def _drive(
         finally:
             report = jsonable(job.report.to_dict())
             get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})
-        return call.adapter.blocks(client, out, target)
+        _forward_warnings(job.report)
+        try:
+            return call.adapter.blocks(client, out, target)
+        except (KeyError, IndexError, AttributeError) as exc:
+            raise RewriteError(
+                f"the coded job finished but its output could not be put back into the "
+                f"{call.kind} collection ({type(exc).__name__}: {exc}); run it with plain "
+                "Dask: y.compute()"
+            ) from exc
 
 
 def report_of(collection: Any, client: Client | None = None) -> JobReport:
