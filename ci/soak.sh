@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The soak and chaos suite in its bounded mode (tests/soak: a multi-process cluster, 600
-# coded jobs, SIGKILLed workers, a scheduler restart; about 4 minutes on 2 cores).
+# coded jobs, SIGKILLed workers, a scheduler restart; about 4 minutes on 2 cores; then
+# test_freeze.py: 50 jobs while workers are frozen with SIGSTOP/SIGCONT, about 30 s).
 # DASK_BACC_SOAK=full runs the full mode (docs/reliability.md).
 set -euo pipefail
 

@@ -173,7 +173,7 @@ class Decider:
         """
         if self.decoding is not None:
             return None  # the decode in flight ends (or is abandoned) first
-        ends = []
+        ends: list[float] = []
         if self.deadline is not None and self.pending:
             ends.append(self.deadline)
         if self._met():
