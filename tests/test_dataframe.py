@@ -358,13 +358,19 @@ async def test_exact_round_trip_equals_the_plain_map(c, s, *workers, kind):
     assert_equal(await result_of(c, out, kind), await plain(c, kind, lambda d: d * 3, ints, 4))
     # Berrut decodes approximately: integer output columns come back as float64 (wait=1.0:
     # from every result, as the error of some 6-of-8 returned sets exceeds the bound below)
-    out = await dask_bacc.map_coded(lambda d: d * 3, ints, wait=1.0, client=c, **opts)
+    out = await dask_bacc.map_coded(
+        lambda d: d * 3, ints, code="berrut", wait=1.0, client=c, **opts
+    )
     out = await result_of(c, out, kind)
     expected = await plain(c, kind, lambda d: d * 3, ints, 4)
     assert set(out.dtypes if "frame" in kind else [out.dtype]) == {np.dtype(np.float64)}
     pd.testing.assert_index_equal(out.index, expected.index)
     error = np.abs(np.asarray(out) - np.asarray(expected))
     assert error.max() < 0.1 * np.ptp(np.asarray(expected))  # approximate, not exact
+    # the default (systematic) code from every result: an exact set, whose decode picks
+    # the systematic shares' own integer results (issue 23: never discarded for dtype)
+    out = await dask_bacc.map_coded(lambda d: d * 3, ints, wait=1.0, client=c, **opts)
+    assert_equal(await result_of(c, out, kind), expected)
 
 
 @pytest.mark.slow
@@ -491,13 +497,13 @@ async def test_meta_is_used(c, s, *workers):
     )
     expected = ddf.map_partitions(lambda d: d.sum().to_frame().T)
     pd.testing.assert_frame_equal(await c.compute(out), await c.compute(expected))
-    # meta that does not match f: every result is an erasure, none is averaged in
+    # meta that does not match f: the user's error, raised (issue 23), none averaged in
     job = await dask_bacc.submit_coded(
         lambda d: d * 2, df, meta={"x": "f8"}, n_blocks=4, code="repetition", client=c
     )
-    with pytest.raises(dask_bacc.InsufficientResults, match="ValueError"):
+    with pytest.raises(ValueError, match=r"returned columns \['a', 'b'\]"):
         await job
-    assert all("returned columns ['a', 'b']" in r for r in job.report.failed.values())
+    assert job.report.status == "error"
     # a column selection: f sees only those columns
     out = await dask_bacc.map_coded(
         lambda d: d * 2, df.assign(s="x"), columns=["b"], n_blocks=4, code="repetition", client=c
