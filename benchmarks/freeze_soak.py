@@ -469,8 +469,9 @@ def summarize(
     first_s = np.array([r["seconds"] for r in firsts]) if firsts else np.zeros(0)
     return {
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "revision": _revision(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "revision": args.revision,  # of the repository the script is in, at the start
+        "dask_bacc": os.path.dirname(dask_bacc.__file__),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "revision")},
         "jobs": len(records),
         "ok": outcomes.get("ok", 0),
         "hangs": outcomes.get("HANG", 0),
@@ -585,6 +586,7 @@ def _terminated(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
+    args.revision = _revision()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
