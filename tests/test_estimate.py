@@ -127,17 +127,23 @@ SEEDED = [
 
 
 def test_estimate_within_factor_two_on_seeded_cases():
-    """docs/accuracy.md: within 2x of the true error in at least 80% of cells; here 48
-    fixed seeded cases (random and smooth data, K 4-16, N/K 1.5 and 2, 0-3 stragglers)."""
+    """docs/accuracy.md: at least 0.5x the true error in >= 95% of the decodes, within 2x
+    in most; here 48 fixed seeded cases (random and smooth data, K 4-16, N/K 1.5 and 2,
+    0-3 stragglers). Decodes from 3 results have no estimate ("unreliable"). Before the
+    prediction bound (issue 23) 0.9 of them were within 2x; the bound trades a few
+    overestimates (up to 5x at K = 4, N = 6) for fewer underestimates."""
     ratios = []
     for kind, K, r, S, pattern, seed in SEEDED:
         code, results, returned, decoded, exact = case(kind, K, int(r * K), S, pattern, seed)
         est = estimate_error(code, results, returned)
-        ratios.append(est.overall / rel(decoded, exact))
+        assert (est.method == "unreliable") == (len(returned) == 3)
+        if est.method != "unreliable":
+            ratios.append(est.overall / rel(decoded, exact))
     ratios = np.array(ratios)
+    assert np.mean(ratios >= 0.5) >= 0.95, sorted(ratios.round(2))
     within = np.mean((ratios >= 0.5) & (ratios <= 2.0))
-    assert within >= 0.9, sorted(ratios.round(2))
-    assert np.all((ratios > 0.25) & (ratios < 4.0)), sorted(ratios.round(2))
+    assert within >= 0.8, sorted(ratios.round(2))
+    assert np.all((ratios > 0.25) & (ratios < 8.0)), sorted(ratios.round(2))
 
 
 def test_per_block_estimates_follow_the_true_block_errors():
@@ -219,10 +225,109 @@ def test_estimate_properties(K, extra, seed, systematic, data):
     returned = rng.permutation(N)[:n]
     est = estimate_error(code, results[returned], returned)
     assert est.per_block.shape == (K,)
-    if n >= 3 or est.method == "exact":
+    if est.method == "unreliable":  # fewer than 2 results checkable by leave-one-out
+        assert math.isnan(est.overall) and n <= 4
+    elif n >= 3 or est.method == "exact":
         assert math.isfinite(est.overall) and est.overall >= 0
         assert np.all(np.isfinite(est.per_block)) and np.all(est.per_block >= 0)
     # the order results arrived in does not matter
     perm = rng.permutation(n)
     again = estimate_error(code, results[returned[perm]], returned[perm])
     np.testing.assert_allclose(again.per_block, est.per_block, rtol=1e-9, atol=1e-15)
+
+
+# -- small K: an estimate that is not optimistic (issue 23; docs/accuracy.md "Small K") ------
+SMALL_K_CODES = ("systematic-spline", "spline", "berrut", "systematic-berrut")
+
+
+def readme_case(name: str, K: int, N: int, kind: str, returned: list[int], seed: int):
+    """The README's setup, smaller: tanh(X @ W), 16 features, 4 outputs, 200 rows a block
+    (800 output entries: sketched to 256 numbers as in a job). Returns (true error, the
+    job's estimate: ``estimate_decode`` on the count sketches)."""
+    from dask_bacc.codes import get_code
+    from dask_bacc.runtime.quality import estimate_decode
+
+    rng = np.random.default_rng(seed)
+    X = smooth_blocks(K, 200, 16, rng) if kind == "smooth" else rng.standard_normal((K, 200, 16))
+    W = rng.standard_normal((16, 4))
+    code = get_code(name, K, N)
+    results = np.tanh(code.encode(X)[returned] @ W)
+    true = rel(code.decode(results, returned), np.tanh(X @ W))
+    sketches = np.stack([count_sketch(r, 256, seed=seed) for r in results])
+    est, _, _ = estimate_decode(code, sketches, returned)
+    return true, est
+
+
+def test_small_k_estimate_is_at_least_half_the_true_error():
+    """K = 2, 3, 4, N = 2K, every share straggling in turn (the others all returned), the
+    four approximate codes, random and smooth rows: the estimate is >= 0.5x the true
+    error, or it says it cannot estimate (``nan``, method "unreliable": the job warns),
+    in >= 95% of the approximate decodes. Before issue 23's change: 0.77."""
+    honest, total = 0, 0
+    for name, K, kind in itertools.product(SMALL_K_CODES, (2, 3, 4), ("random", "smooth")):
+        N = 2 * K
+        for lost in range(N):
+            returned = [i for i in range(N) if i != lost]
+            true, est = readme_case(name, K, N, kind, returned, seed=10 * K + lost)
+            if true < 1e-12 and est.overall == 0.0:
+                continue  # exact (a systematic code whose systematic shares all returned)
+            total += 1
+            honest += bool(est.method == "unreliable" or est.overall >= 0.5 * true)
+    assert total > 100
+    assert honest / total >= 0.95, (honest, total)
+
+
+@pytest.mark.parametrize("lost", [1, 2])  # the systematic shares of K=2, N=4
+def test_readme_setup_with_a_systematic_straggler_says_it_cannot_estimate(lost):
+    """The issue's case: K = 2, N = 4, the default code, one systematic share straggling.
+    The decode is off by about 0.4 while the estimate said 0.08 (below bacc.warn-error,
+    so no warning). Three results leave one interior point, predicted from two by two
+    interpolants that are the same line there: nothing can check an estimate."""
+    from dask_bacc.codes import get_code
+
+    assert get_code("systematic-spline", 2, 4).systematic_workers.tolist() == [1, 2]
+    returned = [i for i in range(4) if i != lost]
+    for seed in range(3):
+        true, est = readme_case("systematic-spline", 2, 4, "random", returned, seed)
+        assert true > 0.1  # worth a warning
+        assert est.method == "unreliable" and math.isnan(est.overall)
+        assert est.per_block[lost - 1] != 0.0  # the other block is exact: 0
+        assert est.per_block[2 - lost] == 0.0
+
+
+def test_a_linear_function_from_three_results_is_reproduced_not_unreliable():
+    """Leave-one-out that predicts every point exactly is evidence too: for a function
+    linear along the worker points the embedded pair (exact for linear functions) is
+    kept from 3 results: Berrut's error (degree 0: not exact), relative to the decode."""
+    code = BerrutCode(2, 4)
+    line = np.array([1.0, -0.5, 3.0])
+    results = 2.0 + np.outer(code.worker_points[[0, 1, 3]], line)
+    est = estimate_error(code, results, [0, 1, 3])
+    truth = 2.0 + np.outer(code.data_points, line)
+    true = rel(code.decode(results, [0, 1, 3]), truth)
+    assert est.method == "embedded-fh1" and 0.8 <= est.overall / true <= 1.25  # / decoded norm
+
+
+def test_prediction_factor_widens_with_fewer_and_more_scattered_ratios():
+    from dask_bacc.codes.estimate import prediction_factor, t95
+
+    assert t95(1) == pytest.approx(6.314) and t95(30) == pytest.approx(1.697)
+    assert t95(31) == pytest.approx(1.6449 + 1.524 / 31) and t95(200) < t95(31)
+    with pytest.raises(ValueError):
+        t95(0)
+    # no spread: half the common ratio (the contract is >= 0.5x)
+    assert prediction_factor(np.full(5, 2.0)) == pytest.approx(1.0)
+    scattered = np.array([0.5, 2.0, 1.0, 0.7, 1.4])
+    assert prediction_factor(scattered) > prediction_factor(np.ones(5))
+    assert prediction_factor(scattered[:2]) > prediction_factor(scattered)
+    with pytest.raises(ValueError):
+        prediction_factor(np.ones(1))
+
+
+def test_few_loo_points_inflate_the_estimate_and_three_results_are_unreliable():
+    code, results, returned, decoded, exact = case("random", 4, 8, 3, "random", 5)
+    est = estimate_error(code, results[:3], returned[:3])
+    assert est.method == "unreliable" and math.isnan(est.overall)
+    est = estimate_error(code, results, returned)  # 5 results: 3 interior points
+    assert est.method == "embedded-fh1" and est.calibration > 1.0
+    assert est.overall >= 0.5 * rel(decoded, exact)

@@ -310,9 +310,11 @@ def run_accuracy(config: AccuracyConfig, progress: bool = False) -> dict[str, An
         }
         cell["ratio_estimate"] = {}
         cell["trials_within_2x"] = {}
+        cell["trials_ge_half"] = {}
         for c in trials[0]["estimate"]:
             raw = [_ratio(t["estimate"][c], t["error"][c]) for t in trials]
             ratios = [x for x in raw if x is not None]
+            cell["trials_ge_half"][c] = _ge_half_counts(raw)
             cell["ratio_estimate"][c] = float(np.exp(np.median(np.log(ratios)))) if ratios else None
             cell["trials_within_2x"][c] = (
                 float(np.mean([0.5 <= x <= 2.0 for x in ratios])) if ratios else None
@@ -339,6 +341,28 @@ def run_accuracy(config: AccuracyConfig, progress: bool = False) -> dict[str, An
         "wall_seconds": time.perf_counter() - start,
         "cells": cells,
         "summary": summarize(cells),
+    }
+
+
+def _ge_half_counts(raw: list[float | None]) -> list[int]:
+    """``[decodes with estimate >= 0.5x the true error, decodes with an estimate, decodes
+    whose estimate is unknown]`` (an unknown estimate is reported as such and warns)."""
+    numeric = [x for x in raw if x is not None]
+    return [sum(1 for x in numeric if x >= 0.5), len(numeric), len(raw) - len(numeric)]
+
+
+def ge_half(cells: list[dict[str, Any]], code: str) -> dict[str, float | int | None]:
+    """Over every decode of ``cells``: the share whose estimate is at least half the true
+    error (of those with an estimate), the share with an unknown estimate, and the share
+    that is honest (either)."""
+    counts = [c["trials_ge_half"][code] for c in cells if code in c.get("trials_ge_half", {})]
+    ok, numeric, unknown = (int(sum(x[i] for x in counts)) for i in range(3))
+    total = numeric + unknown
+    return {
+        "decodes": total,
+        "ge_half": ok / numeric if numeric else None,
+        "unknown": unknown / total if total else None,
+        "honest": (ok + unknown) / total if total else None,
     }
 
 
@@ -384,6 +408,7 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
             "median_ratio": float(np.exp(np.median(np.log(ratios)))) if ratios else None,
             "under_half": float(np.mean([x < 0.5 for x in ratios])) if ratios else None,
             "over_twice": float(np.mean([x > 2.0 for x in ratios])) if ratios else None,
+            "trials_ge_half": ge_half(sel, code),
         }
 
     def versus(sel: list[dict[str, Any]]) -> dict[str, Any]:
@@ -426,6 +451,12 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _ge(v: dict[str, Any]) -> str:
+    """The ``trials >= 0.5x | trials unknown`` cells of a calibration row."""
+    g = v.get("trials_ge_half") or {}
+    return f"{_fmt(g.get('ge_half'))} | {_fmt(g.get('unknown'))}"
+
+
 def _fmt(x: float | None, digits: int = 3) -> str:
     if x is None:
         return "-"
@@ -440,9 +471,9 @@ def accuracy_markdown(result: dict[str, Any], cells_table: bool = True) -> str:
     lines = ["## Calibration of the error estimate (estimate / true error)", ""]
     lines.append(
         "| workload | code | cells | cells within 2x | trials within 2x | median ratio "
-        "| cells < 0.5x | cells > 2x |"
+        "| cells < 0.5x | cells > 2x | trials >= 0.5x | trials unknown |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     rows = [("all", s["calibration"])] + [
         (w, v["calibration"]) for w, v in s["by_workload"].items()
     ]
@@ -451,7 +482,7 @@ def accuracy_markdown(result: dict[str, Any], cells_table: bool = True) -> str:
             lines.append(
                 f"| {w} | {code} | {v['cells']} | {_fmt(v['cells_within_2x'])} | "
                 f"{_fmt(v['trials_within_2x'])} | {_fmt(v['median_ratio'])} | "
-                f"{_fmt(v['under_half'])} | {_fmt(v['over_twice'])} |"
+                f"{_fmt(v['under_half'])} | {_fmt(v['over_twice'])} | {_ge(v)} |"
             )
     lines += ["", "## Best dask-bacc code against repetition at equal N", ""]
     lines.append(
@@ -779,10 +810,11 @@ def _cell_stats(trials: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
         cell["accuracy_p10"] = {
             k: float(np.percentile([t["accuracy"][k] for t in trials], 10)) for k in acc
         }
-    cell["ratio_estimate"], cell["trials_within_2x"] = {}, {}
+    cell["ratio_estimate"], cell["trials_within_2x"], cell["trials_ge_half"] = {}, {}, {}
     for k in trials[0]["estimate"]:
         raw = [_ratio_tol(t["estimate"][k], t["error"][k]) for t in trials]
         ratios = [x for x in raw if x is not None]
+        cell["trials_ge_half"][k] = _ge_half_counts(raw)
         cell["ratio_estimate"][k] = float(np.median(ratios)) if ratios else None
         cell["trials_within_2x"][k] = (
             float(np.mean([0.5 <= x <= 2.0 for x in ratios])) if ratios else None
@@ -863,6 +895,7 @@ def compare_calibration(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]
             "median_ratio": float(np.exp(np.median(np.log(finite)))) if finite else None,
             "under_half": float(np.mean([x < 0.5 for x in ratios])) if ratios else None,
             "over_twice": float(np.mean([x > 2.0 for x in ratios])) if ratios else None,
+            "trials_ge_half": ge_half(cells, k),
         }
     return out
 
@@ -994,14 +1027,14 @@ def compare_markdown(result: dict[str, Any]) -> str:
         "[0.5, 2] (an exact decode counts as within when its estimate is 0).",
         "",
         "| code | cells | cells within 2x | trials within 2x | median ratio | cells < 0.5x "
-        "| cells > 2x |",
-        "|---|---|---|---|---|---|---|",
+        "| cells > 2x | trials >= 0.5x | trials unknown |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for k, v in result["calibration"].items():
         lines.append(
             f"| {k} | {v['cells']} | {_fmt(v['cells_within_2x'])} | "
             f"{_fmt(v['trials_within_2x'])} | {_fmt(v['median_ratio'])} | "
-            f"{_fmt(v['under_half'])} | {_fmt(v['over_twice'])} |"
+            f"{_fmt(v['under_half'])} | {_fmt(v['over_twice'])} | {_ge(v)} |"
         )
     conv = result["convergence"]
     if conv:

@@ -52,6 +52,7 @@ from .transform import Transform
 
 __all__ = [
     "MAX_CALIBRATION",
+    "MIN_CALIBRATION_POINTS",
     "MIN_RESULTS",
     "ErrorEstimate",
     "ErrorEstimateDict",
@@ -60,8 +61,10 @@ __all__ = [
     "estimate_error",
     "floater_hormann_weights",
     "loo_pair",
+    "prediction_factor",
     "sample_sketch",
     "sketch",
+    "t95",
 ]
 
 #: The leave-one-out calibration factor is clipped to ``[1, MAX_CALIBRATION]``.
@@ -94,10 +97,11 @@ class ErrorEstimate:
         The same for each decoded block; 0 for blocks decoded exactly.
     method : str
         ``"exact"`` (an exact decode: every block is f(X_j)), ``"embedded-fh1"`` (see the
-        module docstring), ``"ill-conditioned"`` (an exact code whose decode from these
-        results amplifies rounding errors by more than
-        :data:`~dask_bacc.codes.base.AMPLIFICATION_LIMIT`: it may be far from exact) or
-        ``"unknown"``.
+        module docstring; ``"embedded-fh3"`` for the spline codes), ``"ill-conditioned"``
+        (an exact code whose decode from these results amplifies rounding errors by more
+        than :data:`~dask_bacc.codes.base.AMPLIFICATION_LIMIT`: it may be far from exact),
+        ``"unreliable"`` (fewer than :data:`MIN_CALIBRATION_POINTS` results can be checked
+        by leave-one-out, e.g. 3 results: no figure to vouch for) or ``"unknown"``.
     calibration : float
         The leave-one-out factor applied (1 for exact decodes).
     n_results : int
@@ -277,33 +281,86 @@ def _loo_calibration(
     Y: FloatArray,
     out: Callable[[FloatArray], FloatArray],
     loo_points: int,
-) -> float:
-    """sqrt(sum true LOO error^2 / sum embedded estimate^2) at interior returned points,
-    clipped to the code's ``calibration_range``."""
+) -> tuple[float, FloatArray]:
+    """The leave-one-out calibration at interior returned points.
+
+    Returns ``(factor, ratios, reproduced)``: ``factor`` is sqrt(sum true LOO error^2 /
+    sum embedded estimate^2) (with a transform: the median of the pointwise ratios),
+    clipped to the code's ``calibration_range``; ``ratios`` are the pointwise ratios true
+    / embedded at the informative points (those where the pair differs: a point predicted
+    from two others by two interpolants that are both linear there tells nothing);
+    ``reproduced`` says that every left-out point was predicted exactly (up to rounding:
+    e.g. a constant or linear function), itself evidence that the decode is exact.
+    """
     M = z.size
     interior = np.arange(1, M - 1)
     if interior.size == 0:
-        return 1.0
+        return 1.0, np.zeros(0), False
     if interior.size > loo_points:  # evenly spread subset: bounded cost for large N
         interior = interior[np.round(np.linspace(0, interior.size - 1, loo_points)).astype(int)]
     P0, P1 = loo_pair(code, z, np.arange(M), interior)
     p0 = out(P0 @ Y)
+    t = _norms(p0 - out(Y[interior]))
+    e = _norms(out(P1 @ Y) - p0)
+    scale = float(np.max(_norms(out(Y)), initial=0.0))
+    tiny = INFORMATIVE * max(scale, 1e-300)
+    informative = np.isfinite(t) & np.isfinite(e) & (e > tiny)
+    ratios = t[informative] / e[informative]
+    reproduced = bool(np.all(t <= tiny))
+    lo, hi = code.calibration_range
     if out is not _identity:
         # after an inverse map single points can overshoot by orders of magnitude: a
         # median of the pointwise ratios, not a ratio of sums they dominate
-        t = _norms(p0 - out(Y[interior]))
-        e = _norms(out(P1 @ Y) - p0)
-        ok = e > 0
-        if not ok.any():
-            return 1.0
-        lo, hi = code.calibration_range
-        return float(np.clip(np.median(t[ok] / e[ok]), lo, hi))
-    true2 = float(np.sum((p0 - out(Y[interior])) ** 2))
-    est2 = float(np.sum((out(P1 @ Y) - p0) ** 2))
+        if not ratios.size:
+            return 1.0, ratios, reproduced
+        return float(np.clip(np.median(ratios), lo, hi)), ratios, reproduced
+    true2 = float(np.sum(t**2))
+    est2 = float(np.sum(e**2))
     if est2 <= 0.0:
-        return 1.0
-    lo, hi = code.calibration_range
-    return float(np.clip(math.sqrt(true2 / est2), lo, hi))
+        return 1.0, ratios, reproduced
+    return float(np.clip(math.sqrt(true2 / est2), lo, hi)), ratios, reproduced
+
+
+#: A leave-one-out point informs the calibration when the pair differs there by more than
+#: this, relative to the largest result (below it the difference is rounding)
+INFORMATIVE = 1e-9
+#: Fewest informative leave-one-out points the estimate is computed from (else it is
+#: ``nan`` with method ``"unreliable"``): the prediction bound needs a spread
+MIN_CALIBRATION_POINTS = 2
+#: One-sided 95% quantiles of Student's t with 1..30 degrees of freedom
+_T95 = (
+    6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+    1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+    1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697,
+)  # fmt: skip
+
+
+def t95(df: int) -> float:
+    """One-sided 95% quantile of Student's t with ``df >= 1`` degrees of freedom (table to
+    30, then the Cornish-Fisher expansion ``1.645 + 1.524 / df``)."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    return _T95[df - 1] if df <= len(_T95) else 1.6449 + 1.5240 / df
+
+
+def prediction_factor(ratios: FloatArray) -> float:
+    """Half the one-sided 95% upper prediction bound of one more leave-one-out ratio.
+
+    The pointwise ratios ``r_l = true LOO error / embedded estimate`` at the m informative
+    leave-one-out points are a sample of how far the embedded pair is off on this very
+    function. Modelling ``log r`` as normal with unknown mean and spread, the next ratio
+    (the one at a data point) is below ``exp(mean + t95(m - 1) * sd * sqrt(1 + 1/m))``
+    with probability 0.95; an estimate at least half the true error (the contract:
+    ``>= 0.5x``) therefore needs half that factor. Ratios are clipped to ``[1e-3, 1e3]``
+    (a point the pair gets exactly right says "at most", not "zero"). Needs m >= 2.
+    """
+    r = np.clip(np.asarray(ratios, dtype=np.float64), 1e-3, 1e3)
+    m = r.size
+    if m < MIN_CALIBRATION_POINTS:
+        raise ValueError(f"a prediction bound needs {MIN_CALIBRATION_POINTS} ratios, got {m}")
+    logs = np.log(r)
+    spread = float(np.std(logs, ddof=1))
+    return 0.5 * math.exp(float(np.mean(logs)) + t95(m - 1) * spread * math.sqrt(1.0 + 1.0 / m))
 
 
 def estimate_error(
@@ -374,7 +431,15 @@ def estimate_error(
         per_block = np.where(exact_rows, 0.0, math.nan)
         return ErrorEstimate(math.nan, per_block, "unknown", n_results=idx.size)
     embedded = _norms(out(code.companion(alpha, z) @ Y) - decoded)
-    calibration = _loo_calibration(code, z, Y, out, loo_points)
+    calibration, ratios, reproduced = _loo_calibration(code, z, Y, out, loo_points)
+    if ratios.size < MIN_CALIBRATION_POINTS and not reproduced:
+        # nothing checks the pair on this function (e.g. 3 results: the one interior
+        # point is predicted from two, where both interpolants are the same line)
+        per_block = np.where(exact_rows, 0.0, math.nan)
+        return ErrorEstimate(math.nan, per_block, "unreliable", n_results=idx.size)
+    # at least the prediction bound: few or scattered leave-one-out points give a wide one
+    if ratios.size >= MIN_CALIBRATION_POINTS:
+        calibration = max(calibration, prediction_factor(ratios))
     # root mean square distance of each decoded block from the returned results
     V = out(Y)
     sq = np.einsum("ij,ij->i", V, V)

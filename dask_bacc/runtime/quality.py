@@ -29,8 +29,22 @@ from numpy.typing import ArrayLike
 from .. import config
 from ..codes import Code, InterpolatingCode
 from ..codes._types import FloatArray
-from ..codes.estimate import MIN_RESULTS, ErrorEstimate, InverseRows, estimate_error, sketch
-from ..codes.robust import DEFAULT_TAU, detect_inconsistent, locate_corrupted, required_results
+from ..codes.estimate import (
+    MIN_CALIBRATION_POINTS,
+    MIN_RESULTS,
+    ErrorEstimate,
+    InverseRows,
+    estimate_error,
+    sketch,
+)
+from ..codes.robust import (
+    DEFAULT_TAU,
+    Screening,
+    detect_inconsistent,
+    locate_corrupted,
+    required_results,
+)
+from ..codes.transform import Transform
 from ..exceptions import ApproximationWarning, InexactDecode, SuspectResultsWarning
 from . import _dist, keys
 from .wait import ErrorTarget, FirstK, WaitPolicy
@@ -44,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JobQuality",
     "check_adversaries",
+    "estimate_decode",
     "robust_max_blocks",
     "robust_n_coded",
     "robust_policy",
@@ -245,14 +260,13 @@ class JobQuality:
                 )
                 return
             assert Y is not None  # have is used, and a decode uses at least one result
-            estimate = estimate_error(self.code, Y, have, transform=self.transform)
-            # also after adversaries= excluded what it located, and for a systematic set
-            # that decodes exactly (a corrupted systematic result would be passed on as is)
-            found = detect_inconsistent(self.code, Y, have, tau=self.tau)
+            estimate, found, moved = estimate_decode(
+                self.code, Y, have, transform=self.transform, tau=self.tau
+            )
             rep.suspects = found.flagged
             rep.consistency = {**rep.consistency, **found.scores}
             if found.flagged:
-                self._add_suspects(estimate, Y, have, found.flagged)
+                self._warn_suspects(found.flagged, moved)
         rep.error_estimate = _num(estimate.overall)
         rep.block_errors = [_num(x) for x in estimate.per_block]
         rep.estimate_method = estimate.method
@@ -286,31 +300,9 @@ class JobQuality:
                     out.append((m, float(est)))
         return out
 
-    def _add_suspects(
-        self, estimate: ErrorEstimate, Y: FloatArray, have: list[int], suspects: list[int]
-    ) -> None:
-        """Results flagged as inconsistent were decoded in: add how far they moved the
-        decode (with against without them, on the sketches) to the error estimate, so an
-        undetected corruption cannot leave it far too low, and warn."""
-        keep = [p for p, i in enumerate(have) if i not in set(suspects)]
-        if not keep:
-            return
-        code = self.code
-        flat = Y.reshape(len(have), -1)
-        with_all = code.decoding_matrix(have) @ flat
-        without = code.decoding_matrix([have[p] for p in keep]) @ flat[keep]
-        if self.transform is not None:  # row samples: compare as the user sees them
-            inverse = InverseRows(self.transform, Y.shape[1:])
-            with_all, without = inverse(with_all), inverse(without)
-        shift = np.linalg.norm(with_all - without, axis=1)
-        norm = np.linalg.norm(without, axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(shift == 0, 0.0, shift / norm)
-            moved = float(np.sqrt(np.sum(shift**2) / np.sum(norm**2)))
-        estimate.per_block = np.sqrt(np.asarray(estimate.per_block) ** 2 + rel**2)
-        estimate.overall = float(np.sqrt(estimate.overall**2 + moved**2))
-        if estimate.method == "exact":
-            estimate.method = "exact-but-suspect"
+    def _warn_suspects(self, suspects: list[int], moved: float) -> None:
+        """Results flagged as inconsistent were decoded in (their shift is already in the
+        estimate, :func:`estimate_decode`): warn."""
         rep = self.job.report
         ratios = ", ".join(f"{i}: {rep.consistency.get(i, math.nan):.3g}" for i in suspects)
         self.job.warn(
@@ -380,6 +372,15 @@ class JobQuality:
                 used, f"an estimate needs {MIN_RESULTS} results" if few else "no estimator"
             )
             return
+        if estimate.method == "unreliable":
+            self._warn_unknown(
+                used,
+                f"fewer than {MIN_CALIBRATION_POINTS} of the results can be checked against "
+                "the others, too few to vouch for an estimate; with K="
+                f"{self.code.K} a systematic code is exact only when every systematic task "
+                "returned",
+            )
+            return
         how = (
             "for an exact answer use code='repetition' (or 'lagrange' for a polynomial f), "
             "or a systematic code with wait=1.0; to get closer, raise n_coded or wait"
@@ -422,6 +423,52 @@ class JobQuality:
         pending = [f for f in self._futures.values() if f.status == "pending"]
         self._futures.clear()
         return pending
+
+
+def estimate_decode(
+    code: Code,
+    Y: FloatArray,
+    have: list[int],
+    *,
+    transform: Transform | None = None,
+    tau: float = DEFAULT_TAU,
+) -> tuple[ErrorEstimate, Screening, float]:
+    """The error estimate a job reports for an approximate decode from ``have``.
+
+    Pure NumPy on the results' sketches ``Y`` (``Y[l]`` is the sketch of result
+    ``have[l]``): :func:`~dask_bacc.codes.estimate.estimate_error`, then the consistency
+    check (:func:`~dask_bacc.codes.robust.detect_inconsistent`); results it flags were
+    decoded in, so how far they moved the decode (with against without them) is added to
+    the estimate, so that an undetected corruption cannot leave it far too low. Returns
+    ``(estimate, screening, moved)``, ``moved`` the relative shift (0 without suspects).
+    The benchmarks (``benchmarks/small_k.py``) call this to measure what users get.
+    """
+    estimate = estimate_error(code, Y, have, transform=transform)
+    # also after adversaries= excluded what it located, and for a systematic set that
+    # decodes exactly (a corrupted systematic result would be passed on as is)
+    found = detect_inconsistent(code, Y, have, tau=tau)
+    if not found.flagged:
+        return estimate, found, 0.0
+    suspects = found.flagged
+    keep = [p for p, i in enumerate(have) if i not in set(suspects)]
+    if not keep:
+        return estimate, found, 0.0
+    flat = Y.reshape(len(have), -1)
+    with_all = code.decoding_matrix(have) @ flat
+    without = code.decoding_matrix([have[p] for p in keep]) @ flat[keep]
+    if transform is not None:  # row samples: compare as the user sees them
+        inverse = InverseRows(transform, Y.shape[1:])
+        with_all, without = inverse(with_all), inverse(without)
+    shift = np.linalg.norm(with_all - without, axis=1)
+    norm = np.linalg.norm(without, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(shift == 0, 0.0, shift / norm)
+        moved = float(np.sqrt(np.sum(shift**2) / np.sum(norm**2)))
+    estimate.per_block = np.sqrt(np.asarray(estimate.per_block) ** 2 + rel**2)
+    estimate.overall = float(np.sqrt(estimate.overall**2 + moved**2))
+    if estimate.method == "exact":
+        estimate.method = "exact-but-suspect"
+    return estimate, found, moved
 
 
 def _fmt(x: float) -> str:
