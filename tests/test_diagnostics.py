@@ -138,9 +138,10 @@ async def test_stats_of_a_gated_job_with_stragglers(c, s, *workers):
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_failed_tasks_and_a_departed_worker_are_reported(c, s, *workers):
     X = np.random.default_rng(1).standard_normal((16, 2))
-    job = await dask_bacc.submit_coded(
-        raise_on, X, names(workers[3:4]), n_blocks=4, n_coded=8, wait=8, client=c, code="berrut"
-    )
+    with dask.config.set({"bacc.on-error": "erase"}):  # a failing worker: an erasure
+        job = await dask_bacc.submit_coded(
+            raise_on, X, names(workers[3:4]), n_blocks=4, n_coded=8, wait=8, client=c, code="berrut"
+        )
     await job
     stats = await closed_job(s, job.token)
     (bad,) = tasks_on(job.report, workers[3:4])

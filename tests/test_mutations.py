@@ -9,6 +9,7 @@ import inspect
 import sys
 
 import cloudpickle
+import dask
 import numpy as np
 import pandas as pd
 import pytest
@@ -56,19 +57,20 @@ async def test_result_inside_the_grace_window_is_decoded(c, s, *workers):
     late_names, placement = await names_at(c, (3,), 8)
     fail_names, _ = await names_at(c, (6,), 8)
     late, fail = Event("grace-late", client=c), Event("grace-fail", client=c)
-    job = await dask_bacc.submit_coded(
-        gated_or_fail,
-        X,
-        late_names,
-        fail_names,
-        late.name,
-        fail.name,
-        n_blocks=4,
-        n_coded=8,
-        wait=FirstK(6, grace=1e4),
-        code="berrut",
-        client=c,
-    )
+    with dask.config.set({"bacc.on-error": "erase"}):  # the failure is a worker's
+        job = await dask_bacc.submit_coded(
+            gated_or_fail,
+            X,
+            late_names,
+            fail_names,
+            late.name,
+            fail.name,
+            n_blocks=4,
+            n_coded=8,
+            wait=FirstK(6, grace=1e4),
+            code="berrut",
+            client=c,
+        )
     assert job.report.workers == placement
     while job.decider.target_met_at is None and not job.done():
         await asyncio.sleep(0.01)

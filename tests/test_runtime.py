@@ -7,6 +7,7 @@ import concurrent.futures
 import sys
 
 import cloudpickle
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -115,19 +116,22 @@ async def test_keys_and_strict_pinning(c, s, *workers):
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_eval_that_raises_is_an_erasure(c, s, *workers):
+    """A failing worker's exception is an erasure with bacc.on-error "erase" (by default
+    f's exceptions are the user's errors: tests/test_trust.py)."""
     X = np.random.default_rng(1).standard_normal((24, 2))
     bad = {str(workers[3].name)}
-    job = await dask_bacc.submit_coded(
-        bad_on,
-        X,
-        bad,
-        "raise",
-        n_blocks=4,
-        n_coded=8,
-        wait=8,
-        client=c,
-        code="berrut",
-    )
+    with dask.config.set({"bacc.on-error": "erase"}):
+        job = await dask_bacc.submit_coded(
+            bad_on,
+            X,
+            bad,
+            "raise",
+            n_blocks=4,
+            n_coded=8,
+            wait=8,
+            client=c,
+            code="berrut",
+        )
     out = await job
     rep = job.report
     (i_bad,) = tasks_on(rep, [workers[3]])
@@ -165,7 +169,8 @@ async def test_invalid_results_are_erasures(c, s, *workers, kind, reason):
 async def test_all_evals_fail_raises_insufficient_results(c, s, *workers):
     X = np.ones((8, 2))
     names = {str(w.name) for w in workers}
-    job = await dask_bacc.submit_coded(bad_on, X, names, "raise", n_blocks=4, client=c)
+    with dask.config.set({"bacc.on-error": "erase"}):  # every worker fails: erasures
+        job = await dask_bacc.submit_coded(bad_on, X, names, "raise", n_blocks=4, client=c)
     with pytest.raises(dask_bacc.InsufficientResults, match=r"0 usable result.*ZeroDivisionError"):
         await job
     assert job.done() and job.report.status == "error"

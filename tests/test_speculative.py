@@ -101,15 +101,16 @@ async def test_failed_task_is_backed_up_at_once(c, s, *workers):
     """Four workers, four blocks: every worker runs a primary; one fails, another backs up."""
     X = np.random.default_rng(2).standard_normal((8, 2))
     bad = workers[1]
-    job = await dask_bacc.submit_coded(
-        fails_on,
-        X,
-        {str(bad.name)},
-        code="speculative",
-        n_blocks=4,
-        client=c,
-        code_options={"min_runtime": 3600.0},  # speculation never fires: only the failure
-    )
+    with dask.config.set({"bacc.on-error": "erase"}):  # a failing worker, not f's error
+        job = await dask_bacc.submit_coded(
+            fails_on,
+            X,
+            {str(bad.name)},
+            code="speculative",
+            n_blocks=4,
+            client=c,
+            code_options={"min_runtime": 3600.0},  # speculation never fires: the failure
+        )
     out = await job
     rep = job.report
     (j,) = [i for i in range(4) if rep.workers[i] == bad.address]

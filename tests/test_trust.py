@@ -70,6 +70,15 @@ def real_share(code: str, K: int, N: int, block: int) -> int:
     return next(i for i, j in get_code(code, K, N).data_rows().items() if j == block)
 
 
+def test_failure_type_names_the_eval_failure_class():
+    from dask.utils import typename
+
+    from dask_bacc.runtime.keys import FAILURE_TYPE
+    from dask_bacc.runtime.worker import EvalFailure
+
+    assert typename(EvalFailure) == FAILURE_TYPE
+
+
 def test_data_rows_are_the_unit_rows_of_the_encoding_matrix():
     assert get_code("repetition", 3, 6).data_rows() == {i: i % 3 for i in range(6)}
     assert get_code("uncoded", 3).data_rows() == {0: 0, 1: 1, 2: 2}

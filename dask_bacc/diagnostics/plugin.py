@@ -23,6 +23,7 @@ from distributed.metrics import time
 
 from .. import config
 from ..codes.registry import code_label
+from ..runtime.keys import FAILURE_TYPE
 from ..runtime.keys import parse as parse_key
 from .latency import LatencyModel, TaskObservation
 
@@ -436,6 +437,8 @@ class BaccDiagnostics(SchedulerPlugin):
             t.worker = kw.get("worker", t.worker)
             if t.outcome not in _TERMINAL:
                 t.outcome, t.ended = "landed", now
+                if kw.get("typename") == FAILURE_TYPE:  # func raised, or NaN/inf
+                    t.outcome, t.reason = "failed", "failed (the job's report says why)"
             t.released = None
         elif finish == "erred":
             if t.outcome not in _TERMINAL:

@@ -102,7 +102,7 @@ def _describe(exc: BaseException | None) -> str:
 
 #: an eval's failure as the scheduler reports a result's type: the class, or its name
 #: where the class could not be loaded
-_FAILURE_TYPES = (EvalFailure, f"{EvalFailure.__module__}.{EvalFailure.__qualname__}")
+_FAILURE_TYPES = (EvalFailure, keys.FAILURE_TYPE)
 
 
 def _choice(key: str, options: tuple[str, ...]) -> str:

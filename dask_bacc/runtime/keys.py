@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "FAILURE_TYPE",
     "KINDS",
     "ParsedKey",
     "args_key",
@@ -22,6 +23,10 @@ __all__ = [
     "sketch_key",
     "stack_key",
 ]
+
+#: The type name the scheduler records (``TaskState.type``) for an eval that returned an
+#: ``runtime.worker.EvalFailure`` (func raised, NaN/inf): the task is in memory, yet failed
+FAILURE_TYPE = "dask_bacc.runtime.worker.EvalFailure"
 
 #: eval: coded task i; backup: speculative copy of block i - K; decode: output block j of
 #: decode round r; stack: the K blocks of a cluster decode (one task); info: its shapes,
