@@ -250,3 +250,36 @@ def test_first_job_of_a_client_runs_while_a_worker_is_frozen():
                 np.testing.assert_allclose(out, np.tanh(X))
         finally:
             os.kill(frozen, signal.SIGCONT)
+
+
+# -- item 6: warnings reach the client, once per job, in every mode -----------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_warnings_reach_the_client_with_worker_processes():
+    """The job's loop runs on the client for map_coded and CodedData.map, so their
+    warnings are raised there even when the workers are processes (coded() runs its job
+    on a worker: tests/test_rewrite_refusals.py). Two results of N=4: too few for an
+    estimate, which must say so."""
+    from distributed import Client, LocalCluster
+
+    X = np.random.default_rng(0).standard_normal((8, 3))
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        with pytest.warns(dask_bacc.ApproximationWarning, match="could not be estimated") as w:
+            job = dask_bacc.submit_coded(
+                np.tanh, X, n_blocks=2, n_coded=4, wait=2, code="berrut", client=client
+            )
+            job.result()
+        assert len(w) == 1 and job.report.warnings == [f"ApproximationWarning: {w[0].message}"]
+        with warnings.catch_warnings(record=True) as again:
+            warnings.simplefilter("always")
+            job.result()  # taken again: the job's warning was given once
+        assert not again
+        data = dask_bacc.encode(X, code="berrut", n_coded=4, n_blocks=2, client=client)
+        with pytest.warns(dask_bacc.ApproximationWarning, match="could not be estimated") as w:
+            data.map(np.tanh, wait=2)
+        assert len(w) == 1
