@@ -144,7 +144,7 @@ async def ensure_worker_plugin(client: Client) -> None:
 
 def _registered(task: asyncio.Future[Any]) -> None:
     """The end of a worker plugin registration that may have outlived its job's wait."""
-    _running.discard(task)  # type: ignore[arg-type]
+    _running.discard(task)
     if not task.cancelled() and task.exception() is not None:
         logger.warning("dask-bacc: registering the worker plugin failed: %r", task.exception())
 
@@ -603,8 +603,9 @@ class CodedJob:
             f"raised by func on coded share {i} of coded job {self.token} ({where}); "
             "bacc.on-error='erase' treats an exception on a coded share as an erasure"
         )
-        if note not in getattr(exc, "__notes__", ()):
-            exc.add_note(note)
+        add_note = getattr(exc, "add_note", None)  # Python >= 3.11
+        if add_note is not None and note not in getattr(exc, "__notes__", ()):
+            add_note(note)
         return exc
 
     def _judge(self) -> None:

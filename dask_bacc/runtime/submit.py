@@ -161,7 +161,7 @@ _calibration = Calibration()
 #: weighs only exact codes for them
 _exact_only: set[str] = set()
 #: what code="auto" weighs for a function in ``_exact_only``
-EXACT_AUTO_CODES = ("repetition", "uncoded")
+EXACT_AUTO_CODES: tuple[str, ...] = ("repetition", "uncoded")
 
 
 def _wants_auto(code: object, n_coded: object, wait: object) -> bool:
@@ -314,9 +314,8 @@ async def _auto_setup(
             fixed_n = default_n_coded(code.lower(), K, len(others or running), options)
         elif n_coded is not None:
             fixed_n = int(n_coded)
-    names = AUTO_CODES
-    if code == AUTO and func_name in _exact_only:
-        names = EXACT_AUTO_CODES  # func failed on coded shares in an earlier job
+    exact_only = code == AUTO and func_name in _exact_only  # failed on coded shares before
+    names: tuple[str, ...] = EXACT_AUTO_CODES if exact_only else AUTO_CODES
     codes = [(c, {}) for c in names] if code == AUTO else [(code, options)]
     chosen = None
     if view is not None:
@@ -326,7 +325,6 @@ async def _auto_setup(
             )
         except NoSetting as exc:
             why = f"{exc}: the defaults"
-    exact_only = names is EXACT_AUTO_CODES
     note = {"exact_only": "func failed on coded shares in an earlier job"} if exact_only else {}
     if chosen is None:  # the defaults, and why
         name = code

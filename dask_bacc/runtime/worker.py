@@ -498,13 +498,13 @@ class EvalFailure:
 def _picklable(exc: BaseException) -> BaseException | None:
     """``exc`` with its traceback if it survives the trip to the client (tblib, as
     distributed ships a task's exception), else None (the reason still does)."""
-    import tblib.pickling_support
+    import tblib.pickling_support  # type: ignore[import-untyped]
     from distributed.core import collect_causes
     from distributed.protocol import pickle
 
     tblib.pickling_support.install(exc, *collect_causes(exc))
     try:
-        pickle.loads(pickle.dumps(exc))
+        pickle.loads(pickle.dumps(exc))  # type: ignore[no-untyped-call]
     except Exception:
         return None
     return exc
@@ -550,10 +550,8 @@ def picked_dtype(D: FloatArray, dtypes: Sequence[str]) -> np.dtype[Any]:
     results it draws on (nonzero columns) promote to. A decode that only picks results
     (repetition, an exact set of a systematic code) keeps an integer dtype even when
     the float results of mixed shares were gathered too."""
-    drawn = np.flatnonzero(np.any(np.asarray(D) != 0, axis=0))
-    return np.result_type(
-        *(np.dtype(dtypes[p]) for p in (drawn if drawn.size else range(len(dtypes))))
-    )
+    drawn = [int(p) for p in np.flatnonzero(np.any(np.asarray(D) != 0, axis=0))]
+    return np.result_type(*(np.dtype(dtypes[p]) for p in (drawn or range(len(dtypes)))))
 
 
 def sketch_task(
