@@ -19,7 +19,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import gen_cluster, until
+from cluster_helpers import gen_cluster, names_at, until
 from distributed.utils_test import captured_logger
 
 import dask_bacc
@@ -283,3 +283,23 @@ def test_warnings_reach_the_client_with_worker_processes():
         with pytest.warns(dask_bacc.ApproximationWarning, match="could not be estimated") as w:
             data.map(np.tanh, wait=2)
         assert len(w) == 1
+
+
+def nan_on(block, names):
+    from distributed import get_worker
+
+    return np.full(block.shape, np.nan) if str(get_worker().name) in names else np.tanh(block)
+
+
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_nan_on_mixed_shares_without_real_data_warns(c, s, *workers):
+    """Berrut has no share of real data to judge by: a share written off for NaN still
+    costs protection, and the job says so instead of decoding silently."""
+    X = np.random.default_rng(1).standard_normal((8, 3))
+    bad, _ = await names_at(c, (1,), 4)
+    with pytest.warns(dask_bacc.ApproximationWarning, match="1 fewer result"):
+        job = await dask_bacc.submit_coded(
+            nan_on, X, bad, n_blocks=2, n_coded=4, wait=4, code="berrut", client=c
+        )
+        await job
+    assert "NaN/inf" in job.report.failed[1]

@@ -584,11 +584,16 @@ class CodedJob:
             reason = failure.reason
         if not self.decider.erred(i, now, reason):
             return False
-        if block is None and failure.kind in ("raised", "nonfinite"):
+        # with bacc.on-error "erase" an exception is a worker's fault, not f's: only
+        # NaN/inf then tells that f is not defined on coded blocks
+        counts = failure.kind == "nonfinite" or (
+            failure.kind == "raised" and self._on_error == "raise"
+        )
+        if block is None and counts:
             self._mixed_failed.append(i)
             if self.domain_failure:
                 self.report.domain_failure.append(i)
-            elif failure.kind == "raised" and self._on_error == "raise":
+            elif failure.kind == "raised":
                 self._unjudged[i] = failure
         self._judge()
         return True
@@ -681,6 +686,18 @@ class CodedJob:
         rep.straggled = self.decider.straggled()
         await self.quality.finalize(used)  # error estimate into the report
         rep.time_to_decode = self._elapsed()
+        if self._mixed_failed and not self.domain_failure:
+            # no share of real data to compare with (Berrut, Lagrange): the protection
+            # those shares gave is lost, and the user should know why
+            self.warn(
+                ApproximationWarning(
+                    f"func raised or returned NaN/inf on coded share(s) "
+                    f"{sorted(self._mixed_failed)}, which mix blocks: they were written "
+                    f"off, so the job had {len(self._mixed_failed)} fewer result(s) to "
+                    "decode from. If f is not defined on mixtures of blocks (log, sqrt, a "
+                    "division), use an exact code: code='repetition' or 'speculative'."
+                )
+            )
         return output
 
     def _out_dtype(self, dtype: str, used: list[int]) -> np.dtype[Any]:
