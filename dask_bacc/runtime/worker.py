@@ -555,7 +555,10 @@ def picked_dtype(D: FloatArray, dtypes: Sequence[str]) -> np.dtype[Any]:
 
 
 def sketch_task(
-    result: NDArray[Any] | None, size: int, seed: int, transform: Transform | None = None
+    result: NDArray[Any] | EvalFailure | None,
+    size: int,
+    seed: int,
+    transform: Transform | None = None,
 ) -> FloatArray | None:
     """The sketch of one coded result the error estimate needs (``codes.estimate.sketch``:
     a count sketch, or a row sample for a job decoding in a transformed domain).
@@ -563,8 +566,8 @@ def sketch_task(
     Used only by adaptive (``until``) and robust (``adversaries=``) jobs whose results stay
     on the cluster: they need sketches before the decode.
     """
-    if result is None:  # the eval returned at once: its job had already decoded
-        return None
+    if result is None or isinstance(result, EvalFailure):  # no result to sketch: its job
+        return None  # had already decoded, or the eval failed (the job writes it off)
     from ..codes.estimate import sketch
 
     return sketch(result, size, seed, transform)
