@@ -30,6 +30,7 @@ the job warns about.
 Usage::
 
     python benchmarks/small_k.py [--draws 4] [--random 40] [--out benchmarks/results/small_k]
+    python benchmarks/small_k.py --estimate-rev 0874b27 --name before  # the estimator then
 """
 
 from __future__ import annotations
@@ -175,6 +176,34 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def use_estimator_from(rev: str) -> None:
+    """Measure ``dask_bacc/codes/estimate.py`` as of git revision ``rev`` (the rest of the
+    package as it is): the job's estimate path calls that module's ``estimate_error``."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+
+    from dask_bacc.runtime import quality
+
+    source = subprocess.run(
+        ["git", "show", f"{rev}:dask_bacc/codes/estimate.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "estimate_at_rev.py"
+    path.write_text(source)
+    name = "dask_bacc.codes._estimate_at_rev"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    quality.estimate_error = module.estimate_error  # type: ignore[attr-defined]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--draws", type=int, default=4, help="data draws per straggler set")
@@ -182,7 +211,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/small_k"))
     p.add_argument("--name", default="small_k", help="output file stem")
+    p.add_argument("--estimate-rev", help="measure codes/estimate.py as of this git revision")
     args = p.parse_args()
+    if args.estimate_rev:
+        use_estimator_from(args.estimate_rev)
     start = time.perf_counter()
     rows, every = [], []
     by_set: dict[str, list[dict[str, Any]]] = {}
@@ -220,7 +252,11 @@ def main() -> None:
     (args.out / f"{args.name}.md").write_text(
         "# Small-K calibration of the error estimate\n\n"
         f"`python benchmarks/small_k.py --draws {args.draws} --random {args.random} "
-        f"--name {args.name}` ({result['wall_seconds']:.0f} s)\n\n" + text + "\n"
+        f"--name {args.name}"
+        + (f" --estimate-rev {args.estimate_rev}" if args.estimate_rev else "")
+        + f"` ({result['wall_seconds']:.0f} s)\n\n"
+        + text
+        + "\n"
     )
 
 

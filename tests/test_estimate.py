@@ -129,16 +129,21 @@ SEEDED = [
 def test_estimate_within_factor_two_on_seeded_cases():
     """docs/accuracy.md: at least 0.5x the true error in >= 95% of the decodes, within 2x
     in most; here 48 fixed seeded cases (random and smooth data, K 4-16, N/K 1.5 and 2,
-    0-3 stragglers). Decodes from 3 results have no estimate ("unreliable"). Before the
+    0-3 stragglers). Decodes from 3 results, or across a gap wider than the others can
+    test, have no estimate ("unreliable"). Before the
     prediction bound (issue 23) 0.9 of them were within 2x; the bound trades a few
     overestimates (up to 5x at K = 4, N = 6) for fewer underestimates."""
-    ratios = []
+    ratios, unreliable = [], 0
     for kind, K, r, S, pattern, seed in SEEDED:
         code, results, returned, decoded, exact = case(kind, K, int(r * K), S, pattern, seed)
         est = estimate_error(code, results, returned)
-        assert (est.method == "unreliable") == (len(returned) == 3)
-        if est.method != "unreliable":
+        if len(returned) == 3:
+            assert est.method == "unreliable"
+        if est.method == "unreliable":
+            unreliable += 1
+        else:
             ratios.append(est.overall / rel(decoded, exact))
+    assert unreliable <= 8
     ratios = np.array(ratios)
     assert np.mean(ratios >= 0.5) >= 0.95, sorted(ratios.round(2))
     within = np.mean((ratios >= 0.5) & (ratios <= 2.0))
@@ -225,8 +230,8 @@ def test_estimate_properties(K, extra, seed, systematic, data):
     returned = rng.permutation(N)[:n]
     est = estimate_error(code, results[returned], returned)
     assert est.per_block.shape == (K,)
-    if est.method == "unreliable":  # fewer than 2 results checkable by leave-one-out
-        assert math.isnan(est.overall) and n <= 4
+    if est.method == "unreliable":  # too few results checkable by leave-one(-run)-out
+        assert math.isnan(est.overall) and np.all(np.isnan(est.per_block) | (est.per_block == 0))
     elif n >= 3 or est.method == "exact":
         assert math.isfinite(est.overall) and est.overall >= 0
         assert np.all(np.isfinite(est.per_block)) and np.all(est.per_block >= 0)
@@ -331,3 +336,42 @@ def test_few_loo_points_inflate_the_estimate_and_three_results_are_unreliable():
     est = estimate_error(code, results, returned)  # 5 results: 3 interior points
     assert est.method == "embedded-fh1" and est.calibration > 1.0
     assert est.overall >= 0.5 * rel(decoded, exact)
+
+
+def readme_predict(block, weights):
+    return np.tanh(block @ weights)
+
+
+@pytest.mark.parametrize("held", [1, 2])  # the systematic shares of K=2, N=4
+def test_readme_job_with_a_held_systematic_share_warns(held):
+    """The README's job (4 workers, K = 2, N = 4, the default code, wait=3) with one
+    systematic share held back: decoded from the other three, it is off by about 0.4,
+    and the job says it cannot estimate that (before: an estimate of about 0.08, no
+    warning). No wall clock: the share is held by an event until the job is done."""
+    import sys
+
+    import cloudpickle
+    from cluster_helpers import gen_cluster
+
+    import dask_bacc
+    from dask_bacc.testing import gate_stragglers
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    X = np.random.default_rng(0).standard_normal((4000, 16))
+    W = np.random.default_rng(1).standard_normal((16, 4))
+
+    @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+    async def run(c, s, *workers):
+        gate = await gate_stragglers(indices=[held], client=c)
+        with pytest.warns(dask_bacc.ApproximationWarning, match="could not be estimated") as w:
+            job = await dask_bacc.submit_coded(readme_predict, X, W, n_blocks=2, wait=3, client=c)
+            Y = await job
+        rep = job.report
+        assert sorted(rep.returned) == sorted({0, 1, 2, 3} - {held})
+        assert rep.error_estimate is None and rep.estimate_method == "unreliable"
+        assert rel(Y, readme_predict(X, W)) > 0.1  # what the warning is about
+        assert any("can be checked" in str(x.message) for x in w)
+        await gate.release()
+        await gate.clear()
+
+    run()

@@ -16,7 +16,18 @@ data points. It is estimated from the returned results alone, in three steps:
    interpolants and compare the true leave-one-out error ``||r0_{-l}(z_l) - y_l||`` with the
    embedded estimate there. Their ratio (root of summed squares) is how much the pair
    underestimates on this very function; it multiplies ``e_j``, clipped to
-   ``[1, MAX_CALIBRATION]`` (the pair is never scaled down, and never up by more than 4).
+   ``[1, MAX_CALIBRATION]`` (the pair is never scaled down, and never up by more than 4;
+   the spline codes: ``[0.25, 4]``).
+2b. **Prediction bound.** The factor is at least :func:`prediction_factor` of the
+   pointwise leave-one-out ratios: half their one-sided 95% upper prediction bound
+   (log-normal model, Student's t with m - 1 degrees of freedom for m informative
+   points), so that the estimate is at least half the true error at a data point in 95%
+   of cases when that point behaves like the left-out ones. Few or scattered ratios (small
+   K, few results, a function rough at the spacing of the points) widen it; many
+   consistent ones leave step 2 in charge. With fewer than
+   :data:`MIN_CALIBRATION_POINTS` informative points (3 results: the one interior point
+   is predicted from two, where both interpolants are the same line) nothing checks the
+   pair: the estimate is ``nan``, method ``"unreliable"``, and a job warns.
 3. **Cap.** Across a wide gap in the returned points (adjacent stragglers) the linear
    interpolant of a rough g can overshoot wildly, while Berrut's estimate stays a
    weighted average of the results. The estimate of block j is therefore capped by the
@@ -363,6 +374,56 @@ def prediction_factor(ratios: FloatArray) -> float:
     return 0.5 * math.exp(float(np.mean(logs)) + t95(m - 1) * spread * math.sqrt(1.0 + 1.0 / m))
 
 
+def _gaps(z: FloatArray, alpha: FloatArray) -> FloatArray:
+    """Width of the gap in the returned points ``z`` (monotone) around each data point:
+    the distance between its nearest returned neighbours on either side (twice the
+    distance to the nearest end point beyond the returned range)."""
+    x = np.sort(z)
+    pos = np.searchsorted(x, alpha)
+    inside = (pos > 0) & (pos < x.size)
+    left = x[np.clip(pos - 1, 0, x.size - 1)]
+    right = x[np.clip(pos, 0, x.size - 1)]
+    outside = 2.0 * np.minimum(np.abs(alpha - x[0]), np.abs(alpha - x[-1]))
+    return np.where(inside, right - left, outside)
+
+
+#: Runs left out per wide gap (evenly spread over the possible positions): bounded cost
+MAX_RUNS = 16
+
+
+def _run_ratios(
+    code: InterpolatingCode,
+    z: FloatArray,
+    Y: FloatArray,
+    out: Callable[[FloatArray], FloatArray],
+    width: float,
+    tiny: float,
+) -> FloatArray:
+    """Leave-run-out: the pointwise ratios true error / embedded estimate at interior
+    returned points left out in runs of consecutive points whose gap (from the point
+    before the run to the point after it) is at least ``width`` wide: the geometry of a
+    data point in a gap of that width, which leave-one-out does not test."""
+    M = z.size
+    runs = []
+    for a in range(1, M - 1):
+        for b in range(a, M - 1):
+            if abs(z[b + 1] - z[a - 1]) >= width * (1 - 1e-9):
+                runs.append((a, b))
+                break
+    if len(runs) > MAX_RUNS:
+        runs = [runs[i] for i in np.round(np.linspace(0, len(runs) - 1, MAX_RUNS)).astype(int)]
+    ratios = []
+    for a, b in runs:
+        keep = np.r_[0:a, b + 1 : M]
+        left = np.arange(a, b + 1)
+        p0 = out(code.interpolant(z[left], z[keep]) @ Y[keep])
+        t = _norms(p0 - out(Y[left]))
+        e = _norms(out(code.companion(z[left], z[keep]) @ Y[keep]) - p0)
+        ok = np.isfinite(t) & np.isfinite(e) & (e > tiny)
+        ratios.append(t[ok] / e[ok])
+    return np.concatenate(ratios) if ratios else np.zeros(0)
+
+
 def estimate_error(
     code: Code,
     results: Blocks,
@@ -440,17 +501,31 @@ def estimate_error(
     # at least the prediction bound: few or scattered leave-one-out points give a wide one
     if ratios.size >= MIN_CALIBRATION_POINTS:
         calibration = max(calibration, prediction_factor(ratios))
+    factors = np.full(K, calibration)
+    # data points in a gap wider than any leave-one-out test spans (adjacent stragglers):
+    # their own leave-run-out test at that width, or no estimate
+    spans = np.abs(z[2:] - z[:-2])
+    gaps = _gaps(z, alpha)
+    wide = ~exact_rows & (gaps > (spans.max() if spans.size else 0.0) * (1 + 1e-9))
+    tiny = INFORMATIVE * max(float(np.max(_norms(out(Y)), initial=0.0)), 1e-300)
+    for width in np.unique(gaps[wide]):
+        at = wide & (gaps == width)
+        run = _run_ratios(code, z, Y, out, float(width), tiny)
+        if run.size < MIN_CALIBRATION_POINTS:
+            per_block = np.where(exact_rows, 0.0, math.nan)
+            return ErrorEstimate(math.nan, per_block, "unreliable", n_results=idx.size)
+        factors[at] = max(calibration, prediction_factor(run))
     # root mean square distance of each decoded block from the returned results
     V = out(Y)
     sq = np.einsum("ij,ij->i", V, V)
     cap = np.sqrt(np.maximum(sq.mean() - 2.0 * decoded @ V.mean(axis=0) + dec_norm**2, 0.0))
-    scaled = calibration * embedded
+    scaled = factors * embedded
     absolute = np.minimum(scaled, cap)
     absolute[exact_rows] = 0.0
-    if transform is not None:
-        # f(X_j)'s norm is unknown; an inverse map can inflate an overshooting decode far
-        # beyond every result seen, so the relative error is taken against at most that
-        dec_norm = np.minimum(dec_norm, float(np.sqrt(sq.max())))
+    # f(X_j)'s norm is unknown; a decode across a wide gap (or an inverse map) can
+    # overshoot far beyond every result seen, so the relative error is taken against at
+    # most the largest result's norm
+    dec_norm = np.minimum(dec_norm, float(np.sqrt(sq.max())))
     with np.errstate(divide="ignore", invalid="ignore"):
         per_block = np.where(absolute == 0.0, 0.0, absolute / dec_norm)
         total = float(np.sqrt(np.sum(dec_norm**2)))
