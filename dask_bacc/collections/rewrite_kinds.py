@@ -469,9 +469,10 @@ def _cast(values: Any, dtype: np.dtype[Any], what: str) -> NDArray[Any]:
     arr = np.asarray(values)
     if arr.dtype == dtype:
         return arr
-    cast = arr.astype(dtype)
+    with np.errstate(all="ignore"):  # NaN or overflow in the cast: found just below
+        cast = arr.astype(dtype)
     if arr.dtype.kind in "biufc" and dtype.kind in "biufc":
-        with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(all="ignore"):
             same = np.array_equal(cast.astype(arr.dtype), arr, equal_nan=arr.dtype.kind in "fc")
         if not same:
             raise RewriteError(

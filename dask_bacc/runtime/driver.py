@@ -254,14 +254,23 @@ def _drive(
             report = jsonable(job.report.to_dict())
             get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})
         _forward_warnings(job.report)
+        error: BaseException
         try:
             return call.adapter.blocks(client, out, target)
         except (KeyError, IndexError, AttributeError) as exc:
-            raise RewriteError(
+            error = RewriteError(
                 f"the coded job finished but its output could not be put back into the "
                 f"{call.kind} collection ({type(exc).__name__}: {exc}); run it with plain "
                 "Dask: y.compute()"
-            ) from exc
+            )
+        except Exception as exc:
+            error = exc
+        # raised without the traceback of blocks(), whose frames hold the job's output
+        # futures, and with neither the job nor its output in this frame: the erred driver
+        # task keeps its exception (and so this frame), and they would stay alive
+        del out, job
+        error.__traceback__ = error.__cause__ = error.__context__ = None
+        raise error
 
 
 def report_of(collection: Any, client: Client | None = None) -> JobReport:

@@ -1,0 +1,308 @@
+"""``coded()`` keeps a computation identical to plain Dask or refuses it (issue 23, item 4).
+
+Each case was measured by running upstream dask and xarray test cases through
+``coded(..., code="repetition")``, where the rewrite changed the answer silently or crashed
+from deep inside. Every case here is either kept identical to plain Dask (compared with
+plain Dask's result) or refused with a :class:`dask_bacc.RewriteError` whose message names
+the feature and the alternative: at ``coded()`` time where the graph shows it, at compute
+time where only the data does. Also item 6: a coded job's warnings reach the client.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import warnings
+
+import cloudpickle
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from cluster_helpers import gen_cluster
+
+import dask_bacc
+from dask_bacc import ApproximationWarning, RewriteError
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SIX = [("127.0.0.1", 1)] * 6
+
+
+def frame():
+    df = pd.DataFrame({"a": np.arange(16.0), "b": np.arange(16) * 2})
+    return dd.from_pandas(df, npartitions=4)
+
+
+def array():
+    return da.from_array(np.arange(32.0).reshape(16, 2), chunks=(4, 2))
+
+
+def labelled():
+    """A DataArray chunked along x, whose coordinate along x is not the positions."""
+    return xr.DataArray(
+        np.arange(16.0), dims="x", coords={"x": np.arange(16) * 10}, name="v"
+    ).chunk({"x": 4})
+
+
+async def error_of(c, collection):
+    """``(type, message)`` of the error computing ``collection`` raises (None if none):
+    only strings are kept, so that no traceback holds the computation's futures."""
+    from distributed import wait
+
+    future = c.compute(collection)
+    await wait(future)
+    # future.exception(), not ``await future``: a raise here would tie the future into a
+    # reference cycle with its traceback, and its keys would outlive the test
+    exc = await future.exception() if future.status == "error" else None
+    return None if exc is None else (type(exc), str(exc))
+
+
+def assert_refused(error, pattern):
+    import re
+
+    assert error is not None, "no error raised"
+    kind, message = error
+    assert issubclass(kind, RewriteError), error
+    assert re.search(pattern, message, flags=re.S), message
+
+
+# -- refused at coded() time ----------------------------------------------------------------
+def test_dataframe_map_overlap_is_refused_not_taken_for_map_partitions():
+    y = frame().map_overlap(lambda p: p.rolling(2).sum(), 1, 0)
+    with pytest.raises(RewriteError, match=r"map_overlap.*plain Dask: ddf.map_overlap"):
+        dask_bacc.coded(y, code="repetition")
+    assert dask_bacc.coded(y, fallback="plain") is y
+
+
+@pytest.mark.parametrize("trim", [True, False])
+def test_array_map_overlap_is_refused_by_name(trim):
+    y = array().map_overlap(lambda b: b + 1, depth={0: 1, 1: 0}, boundary="none", trim=trim)
+    with pytest.raises(RewriteError, match=r"overlapping blocks.*plain Dask: x.map_overlap"):
+        dask_bacc.coded(y, code="repetition")
+
+
+def test_partition_info_is_refused():
+    def f(p, partition_info=None):
+        return p + (partition_info or {"number": 0})["number"]
+
+    y = frame().map_partitions(f, meta=frame()._meta)
+    with pytest.raises(RewriteError, match=r"partition_info.*plain Dask"):
+        dask_bacc.coded(y, code="repetition")
+
+
+def test_masked_array_meta_is_refused():
+    y = array().map_blocks(lambda b: np.ma.masked_greater(b, 10))
+    with pytest.raises(RewriteError, match=r"numpy.ma.MaskedArray.*plain Dask: y.compute\(\)"):
+        dask_bacc.coded(y, code="repetition")
+
+
+def test_reading_the_graph_never_crashes_with_a_bare_error(monkeypatch):
+    # a failure deep inside the rewrite (here: a KeyError reading the graph) is a
+    # RewriteError with a message, and fallback="plain" still gives the collection back
+    from dask_bacc.runtime import driver
+
+    def broken(collection):
+        raise KeyError("some-layer")
+
+    monkeypatch.setattr(driver, "find_map", broken)
+    y = array().map_blocks(np.tanh)
+    with pytest.raises(RewriteError, match=r"KeyError.*plain Dask.*fallback='plain'"):
+        dask_bacc.coded(y)
+    assert dask_bacc.coded(y, fallback="plain") is y
+
+
+# -- pure checks of the decoded output (no cluster) ------------------------------------------
+def test_a_lossy_cast_to_the_declared_dtype_is_refused():
+    from dask_bacc.collections.rewrite_kinds import _cast, _frame_like
+
+    # NaN in a column that meta types as int64 would become -9223372036854775808
+    meta = pd.DataFrame({"a": pd.Series([], dtype=float), "b": pd.Series([], dtype="int64")})
+    block = pd.DataFrame({"a": [1.0, 2.0], "b": [np.nan, 4.0]})
+    with pytest.raises(RewriteError, match=r"column 'b'.*NaN.*int64.*plain Dask"):
+        _frame_like(block, meta)
+    series = pd.Series([np.nan, 1.0], name="b")
+    with pytest.raises(RewriteError, match="NaN"):
+        _frame_like(series, pd.Series([], dtype="int64", name="b"))
+    with pytest.raises(RewriteError, match="fractions"):
+        _cast(np.array([0.5]), np.dtype(np.int64), "the output")
+    with pytest.raises(RewriteError, match="mask"):
+        _cast(np.ma.masked_array([1.0], mask=[True]), np.dtype(np.float64), "the output")
+    # a lossless cast is made, as before: the plain map's dtypes
+    ok = _frame_like(pd.DataFrame({"a": [1.0], "b": [4.0]}), meta)
+    assert ok["b"].dtype == np.int64 and ok["b"].tolist() == [4]
+
+
+def test_index_names_come_from_the_meta():
+    from dask_bacc.collections.rewrite_kinds import _frame_like
+
+    meta = pd.DataFrame({"a": pd.Series([], dtype=float)}).rename_axis("idx", axis=0)
+    meta = meta.rename_axis("cols", axis=1)
+    out = _frame_like(pd.DataFrame({"a": [1.0]}, index=[5]), meta)
+    assert out.index.name == "idx" and out.columns.name == "cols"
+
+
+# -- kept identical, or refused on the data ---------------------------------------------------
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_index_metadata_set_by_f_is_kept(c, s, *workers):
+    ddf = frame()
+    y = ddf.map_partitions(lambda p: p.rename_axis("idx"))
+    pd.testing.assert_frame_equal(
+        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+    )
+    df = pd.DataFrame({"a": np.arange(16.0), "b": np.arange(16) * 2}).rename_axis("row")
+    named = dd.from_pandas(df, npartitions=4)
+    y = named.a.map_partitions(lambda s: s.rename_axis("r2") * 2)
+    pd.testing.assert_series_equal(
+        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+    )
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_nan_or_floats_in_an_int_typed_column_are_never_cast(c, s, *workers):
+    # f makes NaN where meta says int64: plain Dask returns float64 with the NaN; coded
+    # must not return -9223372036854775808 there (it refuses, with a message)
+    ddf = frame()
+    y = ddf.map_partitions(lambda p: p.assign(b=p.b.where(p.b > 3)), meta=ddf._meta)
+    plain = await c.compute(y)
+    assert plain.b.isna().any()
+    z = dask_bacc.coded(y, code="repetition")
+    error = await error_of(c, z)
+    if error is None:  # kept identical
+        pd.testing.assert_frame_equal(await c.compute(z), plain)
+    else:  # refused, with a message about the NaN
+        assert issubclass(error[0], (ValueError, RuntimeError)) and "NaN" in error[1], error
+    # floats where meta says int64 are not truncated to the declared dtype (plain Dask
+    # returns the floats): refused, naming the column and the dtypes
+    y = ddf.map_partitions(lambda p: p / 3, meta=ddf._meta)
+    assert (await c.compute(y)).b.dtype == np.float64
+    assert_refused(
+        await error_of(c, dask_bacc.coded(y, code="repetition")),
+        r"column 'b' has dtype float64.*declares int64.*plain Dask",
+    )
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_masked_result_is_refused_on_the_data(c, s, *workers):
+    # meta= says plain arrays, f returns masked ones: found on the data
+    y = array().map_blocks(lambda b: np.ma.masked_greater(b, 10), meta=np.empty((0, 0)))
+    assert_refused(
+        await error_of(c, dask_bacc.coded(y, code="repetition")), r"masked array.*plain Dask"
+    )
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_xarray_f_reading_the_blocked_coordinate_is_refused(c, s, *workers):
+    # upstream's canonical xr.map_blocks(lambda obj: obj + obj.x, ...)
+    arr = labelled()
+    z = dask_bacc.coded(xr.map_blocks(lambda obj: obj + obj.x, arr), code="repetition")
+    assert_refused(await error_of(c, z), r"reads the coordinate.*'x'.*plain Dask")
+    # f that does not read it is kept identical, coordinates included
+    y = xr.map_blocks(lambda obj: obj * 2, arr)
+    xr.testing.assert_identical(
+        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+    )
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_xarray_template_that_does_not_match_is_checked(c, s, *workers):
+    ds = labelled().to_dataset()
+    # f adds a data variable the template lacks: plain xarray raises
+    y = xr.map_blocks(lambda o: o.assign(w=o.v * 2), ds, template=ds)
+    assert issubclass((await error_of(c, y))[0], ValueError)
+    assert_refused(
+        await error_of(c, dask_bacc.coded(y, code="repetition")), r"data variables.*template"
+    )
+    # f returns floats where the template says int64: refused, not truncated
+    ints = labelled().astype(np.int64)
+    y = xr.map_blocks(lambda o: o / 3, ints, template=ints)
+    assert_refused(
+        await error_of(c, dask_bacc.coded(y, code="repetition")), r"float64.*int64.*plain Dask"
+    )
+    # a template whose coordinate along the mapped dimension differs from the input's
+    arr = labelled()
+    y = xr.map_blocks(lambda o: o, arr, template=arr.assign_coords(x=arr.x + 1))
+    with pytest.raises(RewriteError, match=r"template has other values for the coordinate"):
+        dask_bacc.coded(y, code="repetition")
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_delayed_and_keyed_large_arguments_are_passed_to_the_driver(c, s, *workers):
+    x = array()
+    scale = dask.delayed(np.float64)(3.0)
+    big = np.full((3, 200_000), 2.0)  # dask stores it once, under its own key
+    cases = [
+        x.map_blocks(lambda b, s: b * s, scale),
+        x.map_blocks(lambda b, w=None: b + w[0, 0], w=big),
+        x.map_blocks(lambda b, w: b + w[0][0, 0] * w[1], [big, scale], dtype=float),
+    ]
+    for y in cases:
+        np.testing.assert_array_equal(
+            await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+        )
+
+
+# -- item 6: the driver's warnings reach the client ---------------------------------------
+def _warn_events(events):
+    return [
+        (pickle.loads(m["category"]), pickle.loads(m["message"]))
+        for _, m in events
+        if isinstance(m, dict) and "category" in m
+    ]
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_driver_warnings_are_sent_to_the_clients_once_per_job(c, s, *workers):
+    x = da.from_array(np.linspace(0, 1, 32).reshape(16, 2), chunks=(4, 2))
+    y = x.map_blocks(lambda b: np.sign(b - 0.5) * np.abs(b - 0.5) ** 0.3)
+    with dask.config.set({"bacc.warn-error": 1e-12}), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ApproximationWarning)
+        z = dask_bacc.coded(y, code="berrut", n_coded=6)
+        await c.compute(z)
+    rep = await dask_bacc.report_of(z, client=c)
+    assert any(w.startswith("ApproximationWarning") for w in rep.warnings)
+    sent = _warn_events(await c.get_events("warn"))
+    assert [cat for cat, _ in sent] == [ApproximationWarning] * len(rep.warnings)
+    assert [f"{cat.__name__}: {msg}" for cat, msg in sent] == rep.warnings
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_driver_warning_reaches_a_client_of_worker_processes():
+    from distributed import Client, LocalCluster
+
+    x = da.from_array(np.linspace(0, 1, 32).reshape(16, 2), chunks=(4, 2))
+    y = x.map_blocks(lambda b: np.sign(b - 0.5) * np.abs(b - 0.5) ** 0.3)
+    with (
+        LocalCluster(
+            n_workers=6, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+        dask.config.set({"bacc.warn-error": 1e-12}),
+    ):
+        z = dask_bacc.coded(y, code="berrut", n_coded=6)
+        with pytest.warns(ApproximationWarning) as caught:
+            z.compute()
+            # the event travels scheduler -> client: wait until it has been handled
+            deadline = 30
+            while not [w for w in caught if w.category is ApproximationWarning] and deadline:
+                client.sync(_sleep, 0.1)
+                deadline -= 0.1
+        rep = dask_bacc.report_of(z, client=client)
+    assert len([w for w in caught if w.category is ApproximationWarning]) == len(rep.warnings)
+
+
+async def _sleep(t):
+    import asyncio
+
+    await asyncio.sleep(t)
