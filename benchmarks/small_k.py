@@ -31,6 +31,7 @@ Usage::
 
     python benchmarks/small_k.py [--draws 4] [--random 40] [--out benchmarks/results/small_k]
     python benchmarks/small_k.py --estimate-rev 0874b27 --name before  # the estimator then
+    python benchmarks/small_k.py --before-after benchmarks/results/small_k/{before,after}.json
 """
 
 from __future__ import annotations
@@ -176,6 +177,36 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def before_after(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The docs' table: per (code, K, N, data), the share of approximate decodes whose
+    estimate is >= 0.5x the true error (before) and honest (after: >= 0.5x, or no
+    estimate and a warning), the share without an estimate, the worst ratios."""
+    lines = [
+        "| code | K | N | data | decodes | >= 0.5x before | honest after | of which unknown "
+        "| worst ratio before | after | median ratio before | after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    old = {(r["code"], r["K"], r["N"], r["data"]): r["summary"] for r in before["rows"]}
+    for row in after["rows"]:
+        a = row["summary"]
+        b = old.get((row["code"], row["K"], row["N"], row["data"]), {})
+        lines.append(
+            f"| {row['code']} | {row['K']} | {row['N']} | {row['data']} | {a['approximate']} | "
+            f"{_f(b.get('numeric_ge_half'), 2)} | {_f(a['honest'], 2)} | {_f(a['unknown'], 2)} | "
+            f"{_f(b.get('worst_ratio'), 2)} | {_f(a['worst_ratio'], 2)} | "
+            f"{_f(b.get('median_ratio'), 2)} | {_f(a['median_ratio'], 2)} |"
+        )
+    tb, ta = before["total"], after["total"]
+    lines += [
+        "",
+        f"All {ta['approximate']} approximate decodes: >= 0.5x before {_f(tb['honest'])}, honest "
+        f"after {_f(ta['honest'])} (estimate >= 0.5x in {_f(ta['numeric_ge_half'])} of those "
+        f"with one, no estimate in {_f(ta['unknown'])}); true error above 0.1 warned "
+        f"{_f(tb['warned'])} before, {_f(ta['warned'])} after.",
+    ]
+    return "\n".join(lines)
+
+
 def use_estimator_from(rev: str) -> None:
     """Measure ``dask_bacc/codes/estimate.py`` as of git revision ``rev`` (the rest of the
     package as it is): the job's estimate path calls that module's ``estimate_error``."""
@@ -212,7 +243,18 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/small_k"))
     p.add_argument("--name", default="small_k", help="output file stem")
     p.add_argument("--estimate-rev", help="measure codes/estimate.py as of this git revision")
+    p.add_argument(
+        "--before-after",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE_JSON", "AFTER_JSON"),
+        help="print the before/after table of two runs (docs/accuracy.md) and exit",
+    )
     args = p.parse_args()
+    if args.before_after:
+        runs = [json.loads(path.read_text()) for path in args.before_after]
+        print(before_after(*runs))
+        return
     if args.estimate_rev:
         use_estimator_from(args.estimate_rev)
     start = time.perf_counter()

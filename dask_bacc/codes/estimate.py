@@ -28,13 +28,20 @@ data points. It is estimated from the returned results alone, in three steps:
    :data:`MIN_CALIBRATION_POINTS` informative points (3 results: the one interior point
    is predicted from two, where both interpolants are the same line) nothing checks the
    pair: the estimate is ``nan``, method ``"unreliable"``, and a job warns.
+2c. **Wide gaps.** A data point in a gap of the returned points wider than the median
+   leave-one-out test spans (adjacent stragglers, a straggler where points are sparse)
+   is checked by the tests that open a gap at least as wide: single points, or runs of
+   consecutive interior points, left out; its factor is at least the prediction bound of
+   those ratios, and with fewer than two of them the estimate is ``"unreliable"`` too.
 3. **Cap.** Across a wide gap in the returned points (adjacent stragglers) the linear
    interpolant of a rough g can overshoot wildly, while Berrut's estimate stays a
    weighted average of the results. The estimate of block j is therefore capped by the
    root mean square distance from the decoded block to the returned results: the error
    of knowing nothing about ``f(X_j)`` beyond the spread of the values seen.
 
-Relative errors divide by the norm of the decoded block (the true one is unknown). The
+Relative errors divide by the norm of the decoded block (the true one is unknown), at most
+the largest norm of the returned results (a decode across a wide gap can overshoot far
+beyond every result, which would otherwise make its relative estimate look small). The
 calibration benchmark (``benchmarks/accuracy.py``) measured this method against leave-one-out
 residuals alone, split-half re-decoding, higher-degree embedded pairs and a variogram
 (kriging) model; this one had the most cells within a factor of 2 of the true error.
@@ -398,11 +405,12 @@ def _run_ratios(
     out: Callable[[FloatArray], FloatArray],
     width: float,
     tiny: float,
-) -> FloatArray:
+) -> tuple[FloatArray, bool]:
     """Leave-run-out: the pointwise ratios true error / embedded estimate at interior
     returned points left out in runs of consecutive points whose gap (from the point
     before the run to the point after it) is at least ``width`` wide: the geometry of a
-    data point in a gap of that width, which leave-one-out does not test."""
+    data point in a gap of that width, which leave-one-out does not test. Also returns
+    whether every left-out point was predicted exactly (up to rounding)."""
     M = z.size
     runs = []
     for a in range(1, M - 1):
@@ -412,7 +420,7 @@ def _run_ratios(
                 break
     if len(runs) > MAX_RUNS:
         runs = [runs[i] for i in np.round(np.linspace(0, len(runs) - 1, MAX_RUNS)).astype(int)]
-    ratios = []
+    ratios, reproduced = [], True
     for a, b in runs:
         keep = np.r_[0:a, b + 1 : M]
         left = np.arange(a, b + 1)
@@ -421,7 +429,8 @@ def _run_ratios(
         e = _norms(out(code.companion(z[left], z[keep]) @ Y[keep]) - p0)
         ok = np.isfinite(t) & np.isfinite(e) & (e > tiny)
         ratios.append(t[ok] / e[ok])
-    return np.concatenate(ratios) if ratios else np.zeros(0)
+        reproduced = reproduced and bool(np.all(t <= tiny))
+    return (np.concatenate(ratios) if ratios else np.zeros(0)), reproduced and bool(runs)
 
 
 def estimate_error(
@@ -502,19 +511,21 @@ def estimate_error(
     if ratios.size >= MIN_CALIBRATION_POINTS:
         calibration = max(calibration, prediction_factor(ratios))
     factors = np.full(K, calibration)
-    # data points in a gap wider than any leave-one-out test spans (adjacent stragglers):
-    # their own leave-run-out test at that width, or no estimate
+    # data points in a gap wider than the typical leave-one-out test spans (a straggler
+    # next to another, or a systematic one where the points are sparse): checked by the
+    # tests that open a gap at least as wide (leave-one-out or leave-run-out), or none
     spans = np.abs(z[2:] - z[:-2])
     gaps = _gaps(z, alpha)
-    wide = ~exact_rows & (gaps > (spans.max() if spans.size else 0.0) * (1 + 1e-9))
+    wide = ~exact_rows & (gaps > (np.median(spans) if spans.size else 0.0) * (1 + 1e-9))
     tiny = INFORMATIVE * max(float(np.max(_norms(out(Y)), initial=0.0)), 1e-300)
     for width in np.unique(gaps[wide]):
         at = wide & (gaps == width)
-        run = _run_ratios(code, z, Y, out, float(width), tiny)
-        if run.size < MIN_CALIBRATION_POINTS:
+        run, run_reproduced = _run_ratios(code, z, Y, out, float(width), tiny)
+        if run.size >= MIN_CALIBRATION_POINTS:
+            factors[at] = max(calibration, prediction_factor(run))
+        elif not run_reproduced:
             per_block = np.where(exact_rows, 0.0, math.nan)
             return ErrorEstimate(math.nan, per_block, "unreliable", n_results=idx.size)
-        factors[at] = max(calibration, prediction_factor(run))
     # root mean square distance of each decoded block from the returned results
     V = out(Y)
     sq = np.einsum("ij,ij->i", V, V)
