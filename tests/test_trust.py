@@ -126,27 +126,36 @@ async def test_on_error_setting_is_checked(c, s, *workers):
 
 
 # -- item 3: exact results are never discarded for their dtype ----------------------------
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
 @pytest.mark.parametrize("limit", ["1 GiB", 0])  # decode on the client, on the cluster
 @gen_cluster(client=True, nthreads=FOUR)
-async def test_integer_results_of_systematic_shares_are_kept(c, s, *workers, limit):
-    """Mixed shares give float results, systematic ones int: before, the int results were
-    written off as "dtype differs" once floats outnumbered them."""
+async def test_integer_results_of_systematic_shares_are_kept(c, s, *workers, limit, kind):
+    """Mixed shares give float results, systematic ones int (a dask array's systematic
+    share is its chunk itself; in-memory data ships the block itself now): before, the
+    int results were written off as "dtype differs" once floats outnumbered them, and the
+    in-memory path turned every share into floats."""
     X = np.arange(24, dtype=np.int64).reshape(8, 3)
+    data = da.from_array(X, chunks=(4, 3)) if kind == "dask" else X
+    opts = {} if kind == "dask" else {"n_blocks": 2}
+
+    async def value(out):
+        return await c.compute(out) if kind == "dask" else out
+
     late = real_share("systematic-spline", 2, 4, 1)
     early = real_share("systematic-spline", 2, 4, 0)
     with dask.config.set({"bacc.client-decode-limit": limit}):
         async with gate_stragglers(indices=[late], client=c):
             job = await dask_bacc.submit_coded(
-                lambda b: b * 3, X, n_blocks=2, n_coded=4, wait=3, client=c
+                lambda b: b * 3, data, n_coded=4, wait=3, client=c, **opts
             )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out = await job
+                out = await value(await job)
         assert not any("differs" in r for r in job.report.failed.values()), job.report.failed
         assert early in job.report.returned
         np.testing.assert_array_equal(out[:4], X[:4] * 3)  # block 0: its own exact result
-        job = await dask_bacc.submit_coded(lambda b: b * 3, X, n_blocks=2, n_coded=4, client=c)
-        out = await job
+        job = await dask_bacc.submit_coded(lambda b: b * 3, data, n_coded=4, client=c, **opts)
+        out = await value(await job)
     assert job.report.estimate_method == "exact"
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out, X * 3)
