@@ -213,6 +213,37 @@ async def test_xarray_f_reading_the_blocked_coordinate_is_refused(c, s, *workers
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
+async def test_xarray_f_reading_a_non_index_coordinate_is_refused(c, s, *workers):
+    # a lazy non-index coordinate along the mapped dimension: a coded block lacks it, and
+    # f failing there (AttributeError) is named for what it is
+    arr = labelled().assign_coords(lab=("x", np.arange(16.0)))
+    z = dask_bacc.coded(xr.map_blocks(lambda obj: obj + obj.lab, arr), code="repetition")
+    assert_refused(await error_of(c, z), r"reads the coordinate.*'lab'.*fails on a block without")
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_dataframe_f_reading_or_changing_the_index_is_refused(c, s, *workers):
+    df = pd.DataFrame({"a": np.arange(8.0)}, index=pd.Index(np.arange(8) * 2, name="k"))
+    ddf = dd.from_pandas(df, npartitions=2)
+    cases = [
+        (lambda p: p.reset_index(), "reads the index"),  # the labels become a column
+        (lambda p: p.assign(b=p.index * 1.0), "reads the index"),
+        (lambda p: p.reset_index(drop=True), "changes their index labels"),
+    ]
+    for f, match in cases:
+        y = ddf.map_partitions(f)
+        assert_refused(
+            await error_of(c, dask_bacc.coded(y, code="repetition")), match + ".*plain Dask"
+        )
+    y = ddf.map_partitions(lambda p: p * 2)  # f that leaves the index alone: identical
+    pd.testing.assert_frame_equal(
+        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+    )
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
 async def test_xarray_template_that_does_not_match_is_checked(c, s, *workers):
     ds = labelled().to_dataset()
     # f adds a data variable the template lacks: plain xarray raises

@@ -463,6 +463,50 @@ class FrameFunction:
         return f"<FrameFunction {name} -> {self.output.describe()}>"
 
 
+def _made_up_index(meta: pd.Index, rows: int) -> pd.Index | None:
+    """``rows`` labels of ``meta``'s dtype and name, unlike a RangeIndex (None when the
+    dtype is not one it can make: a MultiIndex, categories, intervals...)."""
+    if isinstance(meta, pd.MultiIndex):
+        return None
+    dtype = meta.dtype
+    try:
+        if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
+            return pd.Index((np.arange(rows) * 7 + 3).astype(dtype), name=meta.name)
+        if isinstance(dtype, np.dtype) and dtype.kind == "b":
+            return None
+        if dtype.kind == "M":
+            times = pd.date_range("2001-02-03 04:00", periods=rows, freq="7h")
+            return pd.Index(times, name=meta.name).astype(dtype)
+        if dtype.kind == "O" or pd.api.types.is_string_dtype(dtype):
+            return pd.Index([f"row{7 * k + 3}" for k in range(rows)], name=meta.name).astype(dtype)
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def _same_frame_values(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` (f's outputs on two labellings of one block) hold the same values
+    under the same column labels / name, whatever their index."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, pd.DataFrame):
+        if not a.columns.equals(b.columns) or a.shape != b.shape:
+            return False
+        if not (a.dtypes.to_numpy() == b.dtypes.to_numpy()).all():
+            return False
+    elif isinstance(a, pd.Series):
+        if a.name != b.name or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+    try:
+        va, vb = np.asarray(a), np.asarray(b)
+        if va.shape != vb.shape:
+            return False
+        nan = va.dtype.kind in "fc" and vb.dtype.kind in "fc"
+        return bool(np.array_equal(va, vb, equal_nan=nan))
+    except Exception:
+        return False
+
+
 def _view(values: np.ndarray, columns: pd.Index | None, name: Any) -> Frame:
     if columns is None:
         return pd.Series(values, name=name)
@@ -493,6 +537,8 @@ class _FrameBlocks(Blocks):
         self.exact_dtypes: tuple[Any, ...] | None = None
         self.columns = None if series else frame.columns
         self.name = frame.name if series else None
+        #: the input's (empty) index: its name and dtype, for :meth:`_check_index_unused`
+        self.index_meta = getattr(frame, "_meta", frame).index[:0]
         shape = (rows,) if series else (rows, len(frame.columns))
         super().__init__(K, shape, dtype)
         self.lengths: list[int] | None = None
@@ -516,6 +562,7 @@ class _FrameBlocks(Blocks):
         # first (f's last call is on what it sees in the job): its output on the input's
         # own dtypes, which an exact decode gives back
         plain = self._plain_output(func, mock, args, kwargs)
+        probe = self._index_probe(func, mock, args, kwargs)
         try:
             out = func(mock, *args, **kwargs)
         except Exception as exc:
@@ -525,6 +572,7 @@ class _FrameBlocks(Blocks):
                 "like its output for one block, as in map_partitions)"
             ) from exc
         self.output = FrameOutput.of(out, f"the output of {fname}")
+        self._check_index_unused(fname, mock, out, probe)
         if (
             plain is not None
             and plain.kind == self.output.kind
@@ -534,6 +582,77 @@ class _FrameBlocks(Blocks):
         # pandas: the mock is a whole block, so a reduction is known now
         self._check_reduction(self.output.rows)
         return FrameFunction(func, self.columns, self.name, self.output)
+
+    def _index_probe(
+        self, func: Any, mock: Frame, args: tuple, kwargs: dict
+    ) -> tuple[pd.Index, Any, BaseException | None] | None:
+        """``f`` on the mock block labelled with a made-up index of the input's dtype and
+        name (``3, 10, 17, ...`` for numbers, 7-hourly times for datetimes): ``(labels,
+        output, None)``, or ``(labels, None, error)`` when ``f`` fails there; None for a
+        ``MultiIndex`` and index dtypes it makes no labels for. Called before ``f``'s call
+        on the mock itself, so that ``f``'s last call is on what it sees in the job."""
+        labels = _made_up_index(self.index_meta, len(mock))
+        if labels is None:
+            return None
+        view = mock.copy()
+        view.index = labels
+        try:
+            return labels, func(view, *args, **kwargs), None
+        except Exception as exc:
+            return labels, None, exc
+
+    def _check_index_unused(
+        self, fname: str, mock: Frame, out: Any, probe: tuple[pd.Index, Any, Any] | None
+    ) -> None:
+        """Refuse an ``f`` that reads its partition's index or changes it.
+
+        A coded block mixes rows of several blocks, so ``f`` sees a ``RangeIndex``; the
+        output gets the input's index back. ``probe`` (:meth:`_index_probe`) is ``f`` on
+        the mock labelled like the input: if its values, columns or name differ from
+        ``out`` (``f`` on the ``RangeIndex`` mock), or ``f`` failed only there, ``f`` reads
+        the index; if ``f`` kept the ``RangeIndex`` labels but not the made-up ones
+        (``reset_index``...), it changes the index. Either way the coded answer would
+        differ from ``f`` on the real partitions. A check on one small mock block: a
+        dependence that only shows on other labels can go unseen.
+
+        Raises
+        ------
+        RewriteError
+            ``f`` reads or changes its partition's index.
+        """
+        from ..exceptions import RewriteError
+
+        if probe is None:
+            return
+        labels, other, error = probe
+        alternative = (
+            "use positions instead (a coded partition has a RangeIndex), make the labels a "
+            "column (ddf.reset_index()), or run it with plain Dask: "
+            "ddf.map_partitions(f, ...).compute()"
+        )
+        if error is not None:
+            raise RewriteError(
+                f"{fname} reads the index of its partition: it fails on a block labelled like "
+                f"the input ({type(error).__name__}: {error}) but not on one with a "
+                f"RangeIndex; {alternative}"
+            )
+        if not _same_frame_values(out, other):
+            raise RewriteError(
+                f"{fname} reads the index of its partition: its output changes with the "
+                "index's labels, which a coded partition does not have (it mixes rows of "
+                f"several partitions); {alternative}"
+            )
+        if (
+            isinstance(out, (pd.DataFrame, pd.Series))
+            and out.index.equals(mock.index)
+            and not other.index.equals(labels)
+        ):
+            raise RewriteError(
+                f"{fname} keeps the rows of its partition but changes their index labels "
+                "(reset_index...): the coded output gets the input's index back; change the "
+                "index after the map, or run it with plain Dask: "
+                "ddf.map_partitions(f, ...).compute()"
+            )
 
     def _plain_output(
         self, func: Any, mock: Frame, args: tuple, kwargs: dict

@@ -32,6 +32,13 @@ __all__ = ["CodedBlockFunc", "XarrayBlocks", "xarray_blocks"]
 
 XarrayObject = xr.DataArray | xr.Dataset
 
+#: what to do instead when f reads the coordinates along the mapped dimension
+_LABELS_ALTERNATIVE = (
+    "use positions instead of the coordinate values, or pass them as a data variable "
+    "(obj.reset_coords() / obj.assign(...)), which is coded with the data; or run it with "
+    "plain Dask (xr.map_blocks(f, obj).compute())"
+)
+
 
 def xarray_blocks(
     data: XarrayObject,
@@ -411,28 +418,83 @@ class XarrayBlocks(Blocks):
             else:
                 assert isinstance(self.flat, np.ndarray)  # in memory
                 mock = self.flat[: self.block_shape[0]].copy()  # f may write into its input
-            template, inferred = func(_rebuild(mock, self.inputs), *args, **kwargs), True
+            # f on the mock labelled along dim first: f's last call is on what it sees
+            probes = self._label_probes(func, args, kwargs, mock)
+            try:
+                template, inferred = func(_rebuild(mock, self.inputs), *args, **kwargs), True
+            except Exception as exc:
+                if any(error is None for _, _, error in probes):
+                    from ..exceptions import RewriteError
+
+                    raise RewriteError(
+                        f"f reads the coordinate(s) {self._label_names()} along the mapped "
+                        f"dimension {self.dim!r}: it fails on a block without them "
+                        f"({type(exc).__name__}: {exc}) but not on one labelled with them. "
+                        "A coded block mixes several blocks and has no coordinates along "
+                        f"{self.dim!r}; {_LABELS_ALTERNATIVE}"
+                    ) from exc
+                raise
         self.outputs = self._output_layout(template, inferred)
         if inferred:
-            self._check_labels_unused(func, args, kwargs, mock, template)
+            self._check_labels_unused(probes, template)
         self.template = template
         return CodedBlockFunc(func, self.inputs, self.outputs)
 
+    def _dim_labels(self, j: int) -> dict[Hashable, xr.Variable]:
+        """The coordinates along ``dim`` of block ``j``, as ``f`` would see them in plain
+        xarray: in-memory ones (index coordinates) with their real values; lazy numeric
+        ones with made-up values (``j``-dependent, not computed here); lazy others left
+        out."""
+        dim, rows = self.dim, self.block_shape[0]
+        labels: dict[Hashable, xr.Variable] = {}
+        for k, v in self.dim_coords.variables.items():
+            if dim not in v.dims:
+                continue
+            if not _is_chunked(v):
+                labels[k] = v.isel({dim: slice(j * rows, (j + 1) * rows)}).copy(deep=True)
+            elif v.dtype.kind in "iuf":
+                shape = tuple(rows if d == dim else n for d, n in zip(v.dims, v.shape, strict=True))
+                values = np.arange(math.prod(shape)).reshape(shape) * (j + 2) + 1
+                labels[k] = xr.Variable(v.dims, values.astype(v.dtype), v.attrs)
+        return labels
+
+    def _label_names(self) -> str:
+        return ", ".join(repr(k) for k in self._dim_labels(0))
+
+    def _label_probes(
+        self, func: Any, args: tuple, kwargs: dict, mock: np.ndarray
+    ) -> list[tuple[dict[Hashable, xr.Variable], Any, BaseException | None]]:
+        """``f`` on the mock block labelled with the coordinates along ``dim`` of the first
+        and of the last block (:meth:`_dim_labels`): ``(labels, output, None)`` or
+        ``(labels, None, error)`` each; empty when there are no such coordinates."""
+        probes: list[tuple[dict[Hashable, xr.Variable], Any, BaseException | None]] = []
+        for j in sorted({0, self.K - 1}):
+            labels = self._dim_labels(j)
+            if not labels:
+                return []
+            view = _rebuild(mock.copy(), self.inputs).assign_coords(labels)
+            try:
+                probes.append((labels, func(view, *args, **kwargs), None))
+            except Exception as exc:
+                probes.append((labels, None, exc))
+        return probes
+
     def _check_labels_unused(
-        self, func: Any, args: tuple, kwargs: dict, mock: np.ndarray, template: Any
+        self,
+        probes: list[tuple[dict[Hashable, xr.Variable], Any, BaseException | None]],
+        template: Any,
     ) -> None:
         """Refuse an ``f`` that reads the coordinates along ``dim`` or changes them.
 
         A coded block carries no coordinates along ``dim`` (it mixes several blocks), so
-        ``f`` sees default positions there (``obj.x`` is ``0..rows-1``). ``f`` runs again on
-        the mock block labelled with the real coordinates of the first and of the last
-        block; if its output's values differ from ``template`` (its output on the unlabelled
-        mock), or ``f`` fails only on one of them, ``f`` reads the coordinates, and if its
-        output's coordinates along ``dim`` are not the block's, ``f`` changes them: either
-        way the coded answer would differ from ``f`` on the real blocks. A check on one
-        small mock block, so it finds what ``f`` does with these coordinates there (a
-        dependence that only shows on other values can go unseen). Only coordinates held
-        in memory are tried (the index coordinates; lazy ones are not computed here).
+        ``f`` sees default positions there (``obj.x`` is ``0..rows-1``, a non-index
+        coordinate is missing). ``probes`` (:meth:`_label_probes`) are ``f`` on the mock
+        block labelled with the coordinates of the first and of the last block: if an
+        output's values differ from ``template`` (``f`` on the unlabelled mock), or ``f``
+        failed only there, ``f`` reads the coordinates; if an output's index coordinates
+        along ``dim`` are not the block's, ``f`` changes them. Either way the coded answer
+        would differ from ``f`` on the real blocks. A check on one small mock block: a
+        dependence that only shows on other values can go unseen.
 
         Raises
         ------
@@ -441,44 +503,25 @@ class XarrayBlocks(Blocks):
         """
         from ..exceptions import RewriteError
 
-        dim, rows = self.dim, self.block_shape[0]
-        labels = {
-            k: v
-            for k, v in self.dim_coords.variables.items()
-            if dim in v.dims and not _is_chunked(v)
-        }
-        if not labels or not isinstance(template, (xr.DataArray, xr.Dataset)):
-            return
-        names = ", ".join(repr(k) for k in labels)
-        alternative = (
-            "use positions instead of the coordinate values, or pass them as a data "
-            "variable (obj.reset_coords / obj.assign(...)), which is coded with the data; "
-            "or run it with plain Dask (xr.map_blocks(f, obj).compute())"
-        )
-        for j in sorted({0, self.K - 1}):
-            block = {
-                k: v.isel({dim: slice(j * rows, (j + 1) * rows)}).copy(deep=True)
-                for k, v in labels.items()
-            }
-            view = _rebuild(mock.copy(), self.inputs).assign_coords(block)
-            try:
-                out = func(view, *args, **kwargs)
-            except Exception as exc:
+        dim = self.dim
+        for labels, out, error in probes:
+            names = ", ".join(repr(k) for k in labels)
+            if error is not None:
                 raise RewriteError(
                     f"f reads the coordinate(s) {names} along the mapped dimension {dim!r}: "
-                    f"it fails on a block labelled with them ({type(exc).__name__}: {exc}) "
-                    "but not on one without. A coded block mixes several blocks and has no "
-                    f"coordinates along {dim!r}; {alternative}"
-                ) from exc
+                    f"it fails on a block labelled with them ({type(error).__name__}: "
+                    f"{error}) but not on one without. A coded block mixes several blocks "
+                    f"and has no coordinates along {dim!r}; {_LABELS_ALTERNATIVE}"
+                )
             if not _same_values(out, template):
                 raise RewriteError(
                     f"f reads the coordinate(s) {names} along the mapped dimension {dim!r}: "
                     "its output changes with their values. A coded block mixes several "
                     f"blocks and has no coordinates along {dim!r}, so f would see made-up "
-                    f"ones; {alternative}"
+                    f"ones; {_LABELS_ALTERNATIVE}"
                 )
             if isinstance(out, (xr.DataArray, xr.Dataset)):
-                for k, v in block.items():
+                for k, v in labels.items():
                     if k in out.indexes and not out.indexes[k].equals(v.to_index()):
                         raise RewriteError(
                             f"f changes the coordinate {k!r} along the mapped dimension "
