@@ -98,6 +98,11 @@ def test_masked_array_meta_is_refused():
     y = array().map_blocks(lambda b: np.ma.masked_greater(b, 10))
     with pytest.raises(RewriteError, match=r"numpy.ma.MaskedArray.*plain Dask: y.compute\(\)"):
         dask_bacc.coded(y, code="repetition")
+    # masked input blocks: f would see the masked values unmasked
+    masked = da.ma.masked_greater(array(), 10)
+    y = masked.map_blocks(lambda b: np.asarray(b.filled(0)) * 2, meta=np.empty((0, 0)))
+    with pytest.raises(RewriteError, match=r"input blocks are numpy.ma.MaskedArray.*plain Dask"):
+        dask_bacc.coded(y, code="repetition")
 
 
 def test_reading_the_graph_never_crashes_with_a_bare_error(monkeypatch):

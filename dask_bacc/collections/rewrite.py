@@ -198,6 +198,13 @@ def _map_blocks_call(x: Any) -> MapCall:
     if "chunks" not in ann or "dtype" not in ann:
         raise RewriteError(f"the input layer {in_name!r} does not record its chunks and dtype")
     chunks = ann["chunks"]
+    chunk_type = str(ann.get("chunk_type", "numpy.ndarray"))
+    if chunk_type != "numpy.ndarray":
+        raise RewriteError(
+            f"the map's input blocks are {chunk_type}, not plain NumPy arrays: coded blocks "
+            "are plain arrays, so f would not see a mask (or any other array type); run it "
+            "with plain Dask: y.compute()"
+        )
     if any(len(c) > 1 for c in chunks[1:]) or any(len(c) > 1 for c in x.chunks[1:]):
         raise RewriteError(
             f"the map is chunked along axes other than 0 (input chunks {chunks}); coded "
