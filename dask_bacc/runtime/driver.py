@@ -92,7 +92,11 @@ def coded(
     ------
     RewriteError
         The final operation is not a map over chunks dask-bacc can code (several chunked
-        inputs, block-dependent arguments, reductions, fused graphs, other collections).
+        inputs, block-dependent arguments, overlapping maps, masked arrays, reductions,
+        fused graphs, other collections), or it cannot be kept identical to plain Dask.
+        What only the data shows (``f`` reading or changing the labels a coded block
+        lacks, a result that does not match the template or does not fit the declared
+        dtype, a masked result) raises it when the collection is computed.
     TypeError, ValueError
         Bad options, raised here; errors about the data and the cluster (too few workers,
         non-numeric blocks) are raised when the collection is computed.
