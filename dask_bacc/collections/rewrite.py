@@ -85,9 +85,11 @@ class MapCall:
 
     def without_result(self) -> MapCall:
         """This call without ``result``: what the driver task takes (it needs no output
-        graph, and must not hold the plain map's)."""
+        graph, and must not hold the plain map's). ``deps`` keeps only its keys: the driver
+        task takes their values as inputs of its own."""
+        deps = dict.fromkeys(self.deps)
         return MapCall(
-            self.adapter, self.func, self.data, self.args, self.kwargs, None, self.dim, self.deps
+            self.adapter, self.func, self.data, self.args, self.kwargs, None, self.dim, deps
         )
 
     def resolve(self, values: dict[Any, Any]) -> MapCall:
