@@ -412,17 +412,18 @@ def _run_ratios(
     data point in a gap of that width, which leave-one-out does not test. Also returns
     whether every left-out point was predicted exactly (up to rounding)."""
     M = z.size
-    runs = []
-    for a in range(1, M - 1):
-        for b in range(a, M - 1):
-            if abs(z[b + 1] - z[a - 1]) >= width * (1 - 1e-9):
-                runs.append((a, b))
-                break
+    pos = np.abs(z - z[0])  # increasing along the monotone points
+    first = np.arange(1, M - 1)  # the run's first point, interior
+    # the point after the run: the first one at least ``width`` beyond the point before it
+    after = np.searchsorted(pos, pos[first - 1] + width * (1 - 1e-9), side="left")
+    after = np.maximum(after, first + 1)
+    ok = after <= M - 1
+    runs = list(zip(first[ok].tolist(), (after[ok] - 1).tolist(), strict=True))
     if len(runs) > MAX_RUNS:
         runs = [runs[i] for i in np.round(np.linspace(0, len(runs) - 1, MAX_RUNS)).astype(int)]
     ratios, reproduced = [], True
     for a, b in runs:
-        keep = np.r_[0:a, b + 1 : M]
+        keep = np.concatenate([np.arange(a), np.arange(b + 1, M)])
         left = np.arange(a, b + 1)
         p0 = out(code.interpolant(z[left], z[keep]) @ Y[keep])
         t = _norms(p0 - out(Y[left]))
@@ -515,11 +516,15 @@ def estimate_error(
     # next to another, or a systematic one where the points are sparse): checked by the
     # tests that open a gap at least as wide (leave-one-out or leave-run-out), or none
     spans = np.abs(z[2:] - z[:-2])
+    typical = float(np.median(spans)) if spans.size else 0.0
     gaps = _gaps(z, alpha)
-    wide = ~exact_rows & (gaps > (np.median(spans) if spans.size else 0.0) * (1 + 1e-9))
+    wide = ~exact_rows & (gaps > typical * (1 + 1e-9))
+    # widths rounded up to steps of 2**(1/4) (bounded cost: a wider test is the stricter)
+    steps = np.ceil(np.log2(np.where(wide, gaps, 1.0) / max(typical, 1e-300)) * 4 - 1e-9)
+    tested = typical * 2.0 ** (steps / 4)
     tiny = INFORMATIVE * max(float(np.max(_norms(out(Y)), initial=0.0)), 1e-300)
-    for width in np.unique(gaps[wide]):
-        at = wide & (gaps == width)
+    for width in np.unique(tested[wide]):
+        at = wide & (tested == width)
         run, run_reproduced = _run_ratios(code, z, Y, out, float(width), tiny)
         if run.size >= MIN_CALIBRATION_POINTS:
             factors[at] = max(calibration, prediction_factor(run))
