@@ -299,7 +299,7 @@ def _loo_calibration(
     Y: FloatArray,
     out: Callable[[FloatArray], FloatArray],
     loo_points: int,
-) -> tuple[float, FloatArray]:
+) -> tuple[float, FloatArray, bool]:
     """The leave-one-out calibration at interior returned points.
 
     Returns ``(factor, ratios, reproduced)``: ``factor`` is sqrt(sum true LOO error^2 /
