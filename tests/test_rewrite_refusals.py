@@ -169,6 +169,27 @@ async def test_index_metadata_set_by_f_is_kept(c, s, *workers):
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
+async def test_enforced_metadata_is_applied_as_map_partitions_does(c, s, *workers):
+    ddf = frame()
+    # enforce_metadata (the default) names each Series partition after the meta
+    y = ddf.a.map_partitions(lambda s: s.rename("z"), meta=("q", "f8"))
+    pd.testing.assert_series_equal(
+        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+    )
+    y = ddf.a.map_partitions(lambda s: s.rename("z"), meta=("q", "f8"), enforce_metadata=False)
+    pd.testing.assert_series_equal(
+        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+    )
+    # columns that do not match the meta: plain Dask raises, and so does coded()
+    y = ddf.map_partitions(lambda p: p[["b", "a"]], meta=ddf._meta)
+    assert issubclass((await error_of(c, y))[0], ValueError)
+    assert_refused(
+        await error_of(c, dask_bacc.coded(y, code="repetition")), r"columns \['b', 'a'\].*meta"
+    )
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
 async def test_nan_or_floats_in_an_int_typed_column_are_never_cast(c, s, *workers):
     # f makes NaN where meta says int64: plain Dask returns float64 with the NaN; coded
     # must not return -9223372036854775808 there (it refuses, with a message)

@@ -52,8 +52,9 @@ __all__ = [
 #: What :meth:`RewriteKind.target` describes the output with (a dtype, a meta, ...)
 TargetT = TypeVar("TargetT")
 
-#: ``map_partitions``' target: the output's meta (pandas is not imported here)
-FrameTarget: TypeAlias = "pd.DataFrame | pd.Series[Any]"
+#: ``map_partitions``' target: the output's meta (pandas is not imported here), and whether
+#: map_partitions enforces it on each partition (``enforce_metadata``)
+FrameTarget: TypeAlias = "tuple[pd.DataFrame | pd.Series[Any], bool]"
 
 #: ``xr.map_blocks``' target: each lazy variable's (shape, dtype, "data" or "coord");
 #: ``None`` names a DataArray's own data
@@ -260,8 +261,10 @@ class ApplyUfuncRewrite(ArrayRewrite):
 class FrameRewrite(RewriteKind[FrameTarget]):
     """``ddf.map_partitions(f, ...)`` on one dask DataFrame/Series.
 
-    The target is the output's meta; the driver task's result is the list of the K
-    decoded partitions, the output a dask DataFrame/Series of them (the same divisions).
+    The target is the output's meta and whether ``map_partitions`` enforces it (as its
+    ``enforce_metadata``: each partition then takes the meta's column names or Series
+    name); the driver task's result is the list of the K decoded partitions, the output
+    a dask DataFrame/Series of them (the same divisions).
     """
 
     name = "dask.dataframe"
@@ -269,21 +272,25 @@ class FrameRewrite(RewriteKind[FrameTarget]):
     def target(self, call: MapCall, exact_dtypes: bool) -> FrameTarget:
         import pandas as pd
 
-        meta: FrameTarget = call.result._meta
+        expr = call.result.expr
+        enforce = bool(
+            expr.operand("enforce_metadata") if "enforce_metadata" in expr._parameters else False
+        )
+        meta = call.result._meta
         if exact_dtypes:
-            return meta
+            return meta, enforce
         if isinstance(meta, pd.DataFrame):
             numeric = [c for c in meta.columns if meta[c].dtype.kind in "biuf"]
-            return meta.astype(dict.fromkeys(numeric, np.float64))
-        return meta.astype(np.float64) if meta.dtype.kind in "biuf" else meta
+            return meta.astype(dict.fromkeys(numeric, np.float64)), enforce
+        return (meta.astype(np.float64) if meta.dtype.kind in "biuf" else meta), enforce
 
     def submit_options(self, call: MapCall) -> dict[str, Any]:
         return {"combine": "auto"}
 
     def blocks(self, client: Client, out: Any, target: FrameTarget) -> list[Any]:
-
+        meta, enforce = target
         blocks = client.gather(client.compute(list(out.to_delayed())))
-        return [_frame_like(b, target) for b in blocks]
+        return [_frame_like(b, meta, enforce) for b in blocks]
 
     def rebuild(self, call: MapCall, driver: Delayed, target: FrameTarget) -> Any:
         import dask.dataframe as dd
@@ -291,7 +298,7 @@ class FrameRewrite(RewriteKind[FrameTarget]):
         y = call.result
         return dd.from_delayed(
             [_item(driver, j) for j in range(y.npartitions)],
-            meta=target,
+            meta=target[0],
             divisions=y.divisions if y.known_divisions else None,
             verify_meta=False,
         )
@@ -484,13 +491,24 @@ def _cast(values: Any, dtype: np.dtype[Any], what: str) -> NDArray[Any]:
     return cast
 
 
-def _frame_like(block: Any, target: FrameTarget) -> Any:
+def _frame_like(block: Any, target: Any, enforce: bool = False) -> Any:
     """A decoded partition with the plain map's dtypes and index/column names (``target``:
-    its meta); raises :class:`RewriteError` where a cast would change values."""
+    its meta); raises :class:`RewriteError` where a cast would change values. ``enforce``
+    does what ``map_partitions(enforce_metadata=True)`` does to each partition: an empty
+    one becomes the meta, a Series takes the meta's name, a DataFrame must have the
+    meta's columns."""
     import pandas as pd
 
+    if enforce and isinstance(block, (pd.DataFrame, pd.Series)) and not len(block):
+        return target
     if isinstance(target, pd.DataFrame) and isinstance(block, pd.DataFrame):
         if list(block.columns) != list(target.columns):
+            if enforce:
+                raise RewriteError(
+                    f"f's output has columns {list(block.columns)}, but the map's meta has "
+                    f"{list(target.columns)} (plain Dask raises here too): pass the right "
+                    "meta= or fix f"
+                )
             return block  # the job's own labels: nothing to cast by name
         out = block.copy(deep=False)
         for col, dtype in target.dtypes.items():
@@ -504,6 +522,8 @@ def _frame_like(block: Any, target: FrameTarget) -> Any:
         if out.columns.nlevels == target.columns.nlevels:
             out.columns.names = target.columns.names
     elif isinstance(target, pd.Series) and isinstance(block, pd.Series):
+        if enforce and block.name != target.name:
+            block = block.rename(target.name)
         if block.dtype != target.dtype and isinstance(target.dtype, np.dtype):
             out = pd.Series(
                 _cast(block.to_numpy(), target.dtype, f"Series {block.name!r}"),
