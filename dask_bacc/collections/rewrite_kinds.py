@@ -56,9 +56,12 @@ TargetT = TypeVar("TargetT")
 #: map_partitions enforces it on each partition (``enforce_metadata``)
 FrameTarget: TypeAlias = "tuple[pd.DataFrame | pd.Series[Any], bool]"
 
-#: ``xr.map_blocks``' target: each lazy variable's (shape, dtype, "data" or "coord");
+#: ``xr.map_blocks``' lazy variables: each one's (shape, dtype, "data" or "coord");
 #: ``None`` names a DataArray's own data
-XarrayTarget: TypeAlias = dict[Hashable, tuple[tuple[int, ...], np.dtype[Any], str]]
+XarrayVariables: TypeAlias = dict[Hashable, tuple[tuple[int, ...], np.dtype[Any], str]]
+#: ``xr.map_blocks``' target: its lazy variables, and the template's index coordinates
+#: along other dimensions than the mapped one (which each block's result must have)
+XarrayTarget: TypeAlias = tuple[XarrayVariables, "dict[Hashable, pd.Index]"]
 
 
 class RewriteKind(ABC, Generic[TargetT]):
@@ -308,7 +311,9 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
     """``xr.map_blocks(f, obj)`` on one DataArray/Dataset chunked along ``call.dim``.
 
     The target is each lazy variable's (shape, dtype, and whether it is a data variable or
-    a coordinate), ``None`` naming a DataArray's data;
+    a coordinate), ``None`` naming a DataArray's data, and the template's index
+    coordinates along the other dimensions (checked against the coded output as
+    ``xr.map_blocks`` checks each block's result);
     the driver task's result is each lazy variable's values, the output ``call.result``
     with every lazy variable read from them, in its chunks.
     """
@@ -321,15 +326,22 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
 
     def target(self, call: MapCall, exact_dtypes: bool) -> XarrayTarget:
         # coordinates are labels map_coded restores, not decoded values: their dtype stays
-        coords = set(call.result.coords)
-        return {
+        y = call.result
+        coords = set(y.coords)
+        variables = {
             name: (
                 v.shape,
                 _float_unless(v.dtype, exact_dtypes or name in coords),
                 "coord" if name in coords else "data",
             )
-            for name, v in _lazy_variables(call.result).items()
+            for name, v in _lazy_variables(y).items()
         }
+        indexes = {
+            name: index
+            for name, index in y.indexes.items()
+            if call.dim not in y[name].dims and name not in variables
+        }
+        return variables, indexes
 
     def submit_options(self, call: MapCall) -> dict[str, Any]:
         return {"combine": "auto", "dim": call.dim}
@@ -349,7 +361,7 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
             name: da.from_delayed(_item(driver, name), shape=shape, dtype=dtype).rechunk(
                 lazy[name].chunks
             )
-            for name, (shape, dtype, _) in target.items()
+            for name, (shape, dtype, _) in target[0].items()
         }
         if isinstance(y, xr.DataArray):
             out = y.copy(data=arrays.pop(None)) if None in arrays else y.copy()
@@ -426,11 +438,21 @@ def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any
     """The values of each lazy variable of ``xr.map_blocks``' result, from the coded output.
 
     Checks the coded output against the template as ``xr.map_blocks`` checks each block's
-    result (its type and data variables); a mismatch raises :class:`RewriteError`.
+    result (its type, data variables and index coordinates); a mismatch raises
+    :class:`RewriteError`.
     """
     import xarray as xr
 
-    expect_array = None in target
+    variables, indexes = target
+    for name, index in indexes.items():
+        got = out.indexes.get(name)
+        if got is not None and not got.equals(index):
+            raise RewriteError(
+                f"f's output has other values for the index coordinate {name!r} than "
+                f"xr.map_blocks' template ({list(got[:5])} vs {list(index[:5])}; plain "
+                "xarray raises here too): fix template= or f"
+            )
+    expect_array = None in variables
     if isinstance(out, xr.DataArray) != expect_array:
         raise RewriteError(
             f"f returned a {type(out).__name__} but xr.map_blocks' template is a "
@@ -438,16 +460,16 @@ def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any
             "fix template= or f"
         )
     if not expect_array:
-        want = {n for n, (_, _, kind) in target.items() if kind == "data"}
+        want = {n for n, (_, _, kind) in variables.items() if kind == "data"}
         got = set(out.data_vars)
-        if not want <= got or got - want - set(target):
+        if not want <= got or got - want - set(variables):
             raise RewriteError(
                 f"f's output has data variables {sorted(map(str, got))}, but xr.map_blocks' "
                 f"template has {sorted(map(str, want))} (plain xarray raises here too): fix "
                 "template= or f"
             )
     values = {}
-    for name, (shape, dtype, _) in target.items():
+    for name, (shape, dtype, _) in variables.items():
         if name is None:
             var = out.variable
         else:
@@ -523,7 +545,8 @@ def _frame_like(block: Any, target: Any, enforce: bool = False) -> Any:
             out.columns.names = target.columns.names
     elif isinstance(target, pd.Series) and isinstance(block, pd.Series):
         if enforce and block.name != target.name:
-            block = block.rename(target.name)
+            block = block.copy(deep=False)
+            block.name = target.name
         if block.dtype != target.dtype and isinstance(target.dtype, np.dtype):
             out = pd.Series(
                 _cast(block.to_numpy(), target.dtype, f"Series {block.name!r}"),

@@ -11,6 +11,7 @@ operations work as usual.
 from __future__ import annotations
 
 import inspect
+import traceback
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -273,6 +274,8 @@ def _drive(
         # futures, and with neither the job nor its output in this frame: the erred driver
         # task keeps its exception (and so this frame), and they would stay alive
         del out, job
+        if not isinstance(error, RewriteError):  # where it failed, as text
+            error.add_note("".join(traceback.format_tb(error.__traceback__)).rstrip())
         error.__traceback__ = error.__cause__ = error.__context__ = None
         raise error
 
