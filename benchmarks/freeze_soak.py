@@ -585,7 +585,12 @@ def _terminated(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.workers < 4:
+        # 3 workers: N = 3 for K = 2, and the default wait (0.75 of N) rounds up to all 3,
+        # so a job waits for a frozen worker that holds a systematic share (by design)
+        p.error("--workers must be at least 4 (with 3, the default code waits for all N)")
     args.revision = _revision()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
