@@ -268,6 +268,22 @@ async def test_dataframe_f_reading_or_changing_the_index_is_refused(c, s, *worke
     )
 
 
+def _noisy(obj):
+    return obj + np.random.default_rng().uniform(size=obj.shape)
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_a_random_f_is_not_taken_for_one_that_reads_labels(c, s, *workers):
+    # f's output differs between two calls on the same mock whatever the labels: the label
+    # checks conclude nothing (no false refusal)
+    z = dask_bacc.coded(xr.map_blocks(_noisy, labelled()), code="repetition")
+    assert (await c.compute(z)).shape == (16,)
+    df = pd.DataFrame({"a": np.arange(8.0)}, index=pd.Index(np.arange(8) * 2, name="k"))
+    y = dd.from_pandas(df, npartitions=2).map_partitions(_noisy)
+    assert (await c.compute(dask_bacc.coded(y, code="repetition"))).shape == (8, 1)
+
+
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
 async def test_xarray_template_that_does_not_match_is_checked(c, s, *workers):

@@ -274,8 +274,9 @@ def _drive(
         # futures, and with neither the job nor its output in this frame: the erred driver
         # task keeps its exception (and so this frame), and they would stay alive
         del out, job
-        if not isinstance(error, RewriteError):  # where it failed, as text
-            error.add_note("".join(traceback.format_tb(error.__traceback__)).rstrip())
+        add_note = getattr(error, "add_note", None)  # Python >= 3.11
+        if add_note is not None and not isinstance(error, RewriteError):  # where, as text
+            add_note("".join(traceback.format_tb(error.__traceback__)).rstrip())
         error.__traceback__ = error.__cause__ = error.__context__ = None
         raise error
 
