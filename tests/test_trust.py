@@ -259,6 +259,16 @@ def test_first_job_of_a_client_runs_while_a_worker_is_frozen():
                 np.testing.assert_allclose(out, np.tanh(X))
         finally:
             os.kill(frozen, signal.SIGCONT)
+        # the thawed worker is still there and takes part: the end of the job reached it
+        # no bacc-done message it had no handler for (which would close its stream)
+        with Client(cluster) as client:
+            client.wait_for_workers(4, timeout=30)
+            job = dask_bacc.submit_coded(
+                np.tanh, X, n_blocks=2, n_coded=4, code="repetition", client=client
+            )
+            np.testing.assert_allclose(job.result(timeout=60), np.tanh(X))
+            assert len(client.scheduler_info()["workers"]) == 4
+            assert frozen in client.run(os.getpid).values()
 
 
 # -- item 6: warnings reach the client, once per job, in every mode -----------------------

@@ -94,6 +94,8 @@ _running: set[asyncio.Task[None]] = set()  # strong references to the job loops 
 _worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]] = (
     weakref.WeakKeyDictionary()
 )
+# client -> its registration of the worker plugin (which may outlive the job's wait)
+_registering: weakref.WeakKeyDictionary[Client, asyncio.Future[Any]] = weakref.WeakKeyDictionary()
 
 
 def _describe(exc: BaseException | None) -> str:
@@ -136,10 +138,18 @@ async def ensure_worker_plugin(client: Client) -> None:
     if not await _dist.run_on_scheduler(client, _has_worker_plugin):
         register = asyncio.ensure_future(client.register_plugin(BaccWorker(), name=PLUGIN_NAME))
         _running.add(register)
+        _registering[client] = register
         register.add_done_callback(_registered)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(register), config.seconds("plugin-timeout"))
     _worker_plugin[client] = address
+
+
+def plugin_everywhere(client: Client) -> bool:
+    """Whether every running worker has the worker plugin as far as this client knows: no
+    registration of its own is still reaching a (frozen) worker."""
+    register = _registering.get(client)
+    return register is None or register.done()
 
 
 def _registered(task: asyncio.Future[Any]) -> None:
@@ -150,16 +160,27 @@ def _registered(task: asyncio.Future[Any]) -> None:
 
 
 def _job_done(
-    token: str, workers: list[str], keys: list[Key], dask_scheduler: Scheduler | None = None
+    token: str,
+    workers: list[str],
+    keys: list[Key],
+    everywhere: bool = True,
+    dask_scheduler: Scheduler | None = None,
 ) -> list[Key]:
     """On the scheduler: tell ``workers`` that job ``token`` is over (their evals not yet
     started skip ``func``, injected delays end) and return which of ``keys`` are being
-    processed by a worker (stragglers still running)."""
+    processed by a worker (stragglers still running).
+
+    Unless the plugin is known to be ``everywhere``, only workers whose heartbeat says it
+    is set up are told: a stream message with an op the worker has no handler for would
+    close its stream (a frozen worker the registration has not reached yet).
+    """
     assert dask_scheduler is not None  # run_on_scheduler passes it
     if PLUGIN_NAME in dask_scheduler.worker_plugins:
         for addr in workers:
             stream = dask_scheduler.stream_comms.get(addr)
-            if stream is not None:
+            ws = dask_scheduler.workers.get(addr)
+            ready = everywhere or (ws is not None and bool(ws.metrics.get(PLUGIN_NAME)))
+            if stream is not None and ready:
                 stream.send({"op": DONE_OP, "token": token})
     running = []
     for key in keys:
@@ -983,7 +1004,9 @@ class CodedJob:
             keys_ = [f.key for f in stragglers.values()]
             running = set(
                 await asyncio.wait_for(
-                    _dist.run_on_scheduler(client, _job_done, self.token, workers, keys_),
+                    _dist.run_on_scheduler(
+                        client, _job_done, self.token, workers, keys_, plugin_everywhere(client)
+                    ),
                     timeout=5,
                 )
             )

@@ -179,9 +179,15 @@ class BaccWorker(WorkerPlugin):
     def setup(self, worker: Worker) -> None:
         self.state = WorkerState()  # one per worker, even when the plugin object is shared
         worker.stream_handlers[DONE_OP] = self._done
+        # in the heartbeat: the scheduler sends bacc-done only where it has a handler (a
+        # stream message with an unknown op closes the worker's stream; the registration
+        # may not have reached a frozen worker yet)
+        worker.metrics[PLUGIN_NAME] = _ready
 
     def teardown(self, worker: Worker) -> None:
-        worker.stream_handlers.pop(DONE_OP, None)
+        # a late bacc-done must find a handler (an unknown op would drop the stream)
+        worker.stream_handlers[DONE_OP] = _ignore
+        worker.metrics.pop(PLUGIN_NAME, None)
 
     def _done(self, token: str = "", **_: object) -> None:
         self.state.mark_done(token)
@@ -192,6 +198,15 @@ class BaccWorker(WorkerPlugin):
     def __setstate__(self, state: dict[str, str]) -> None:
         self.name = state["name"]
         self.state = WorkerState()
+
+
+def _ready(worker: Worker) -> int:
+    """The worker heartbeat's metric that says the plugin is set up here."""
+    return 1
+
+
+def _ignore(**_: object) -> None:
+    """The ``bacc-done`` handler once the plugin is gone."""
 
 
 def _worker(dask_worker: Worker | None = None) -> Worker | None:
