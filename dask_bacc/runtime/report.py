@@ -69,7 +69,8 @@ class JobReport:
         The same per decoded block (``None`` entries: unknown).
     estimate_method : str or None
         ``"exact"``, ``"embedded-fh1"`` (Berrut codes), ``"embedded-fh3"`` (spline
-        codes), ``"ill-conditioned"`` or ``"unknown"``.
+        codes), ``"ill-conditioned"``, ``"unreliable"`` (too few results check the
+        estimate: none is given, and the job warns) or ``"unknown"``.
     estimates : list of [int, float or None]
         Adaptive waiting (``dask_bacc.until``): each estimate computed while waiting, as
         ``[number of results, estimated error]`` (None: it could not be estimated).
