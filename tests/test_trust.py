@@ -287,6 +287,7 @@ def test_warnings_reach_the_client_with_worker_processes():
             n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
+        gate_stragglers(indices=[2, 3], client=client),  # decoded from 2 results
     ):
         with pytest.warns(dask_bacc.ApproximationWarning, match="could not be estimated") as w:
             job = dask_bacc.submit_coded(
