@@ -60,15 +60,21 @@ def test_running_and_stale_evals_are_counted_per_state():
 
 def test_plugin_marks_done_from_the_scheduler_stream():
     class FakeWorker:
-        stream_handlers: dict = {}
+        def __init__(self):
+            self.stream_handlers: dict = {}
+            self.metrics: dict = {}
 
     plugin, w = worker.BaccWorker(), FakeWorker()
     plugin.setup(w)
+    assert w.metrics[worker.PLUGIN_NAME](w) == 1  # the heartbeat says it is set up
     w.stream_handlers[worker.DONE_OP](token="from-stream")
     assert plugin.state.is_done("from-stream")
     assert not worker.state().is_done("from-stream")  # not the process-wide registry
     plugin.teardown(w)
-    assert worker.DONE_OP not in w.stream_handlers
+    # a late bacc-done finds a handler that does nothing (an unknown op closes a stream)
+    w.stream_handlers[worker.DONE_OP](token="late")
+    assert not plugin.state.is_done("late")
+    assert worker.PLUGIN_NAME not in w.metrics
 
 
 def test_stack_decode_matches_the_code_and_reports_bad_shapes():
