@@ -173,27 +173,20 @@ def _find_map(collection: Any) -> MapCall:
         ) from exc
 
 
-def _forward_warnings(report: JobReport) -> None:
-    """Send the job's warnings (``report.warnings``) to every client of the cluster, once
-    each: the driver task runs the job on a worker, where a warning would only reach that
-    worker's stderr. It is what ``distributed.warn`` sends (the event-log topic ``warn``,
-    which clients turn into ``warnings.warn``), without warning a second time here: the
-    job already warned where its result was taken, in this task."""
+def _forward_warnings(queued: list[Warning]) -> None:
+    """Send the job's warnings to every client of the cluster, once each: the driver task
+    runs the job on a worker, where a warning would only reach that worker's stderr. It is
+    what ``distributed.warn`` sends (the event-log topic ``warn``, which clients turn into
+    ``warnings.warn``), without warning here too (the job's result was taken with
+    ``warn=False``)."""
     import pickle
 
     from distributed import get_worker
 
-    from .. import exceptions
-
     worker = get_worker()
-    for text in report.warnings:
-        name, sep, message = text.partition(": ")
-        category = getattr(exceptions, name, None) if sep else None
-        if not (isinstance(category, type) and issubclass(category, Warning)):
-            category, message = UserWarning, text
+    for w in queued:
         worker.log_event(
-            "warn",
-            {"message": pickle.dumps(message), "category": pickle.dumps(category)},
+            "warn", {"message": pickle.dumps(str(w)), "category": pickle.dumps(type(w))}
         )
 
 
@@ -254,11 +247,11 @@ def _drive(
         )
         AVOID_WORKERS.reset(avoid)
         try:
-            out = job.result()
+            out = job.result(warn=False)
         finally:
             report = jsonable(job.report.to_dict())
             get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})
-        _forward_warnings(job.report)
+        _forward_warnings(job.take_warnings())
         error: BaseException
         try:
             return call.adapter.blocks(client, out, target)

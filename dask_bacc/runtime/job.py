@@ -304,7 +304,7 @@ class CodedJob:
         """True once the job has decoded, failed or been cancelled."""
         return self._finished
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None, *, warn: bool = True) -> Any:
         """The decoded output (same kind as the input); raises what made the job fail.
 
         Parameters
@@ -313,10 +313,19 @@ class CodedJob:
             Seconds to wait; raises ``TimeoutError`` after that (the job keeps running).
             An interrupt (``KeyboardInterrupt``: Ctrl-C, a notebook's stop button)
             cancels the job.
+        warn : bool
+            Emit the job's warnings about the answer here (once per job). False keeps
+            them for :meth:`take_warnings` (the driver of a rewritten collection sends
+            them to the clients instead); they stay in ``report.warnings`` either way.
         """
-        return self._result_sync(timeout, stacklevel=3)
+        return self._result_sync(timeout, stacklevel=3, warn=warn)
 
-    def _result_sync(self, timeout: float | None, stacklevel: int) -> Any:
+    def take_warnings(self) -> list[Warning]:
+        """The job's warnings not emitted yet; they will not be emitted by this job."""
+        queued, self._warnings = self._warnings, []
+        return queued
+
+    def _result_sync(self, timeout: float | None, stacklevel: int, warn: bool = True) -> Any:
         try:
             out = _dist.sync(self.client, self._result, callback_timeout=timeout)
         except KeyboardInterrupt:
@@ -330,7 +339,8 @@ class CodedJob:
                     "finished; keep the client open until the result is taken"
                 ) from exc
             raise
-        self._emit(stacklevel)
+        if warn:
+            self._emit(stacklevel)
         return out
 
     def warn(self, warning: Warning) -> None:
@@ -340,8 +350,7 @@ class CodedJob:
         self.report.warnings.append(f"{type(warning).__name__}: {warning}")
 
     def _emit(self, stacklevel: int) -> None:
-        queued, self._warnings = self._warnings, []
-        for w in queued:
+        for w in self.take_warnings():
             warnings.warn(w, stacklevel=stacklevel + 1)
 
     async def _result_warn(self) -> Any:
