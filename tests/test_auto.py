@@ -237,6 +237,10 @@ def test_the_calibration_key_names_the_function():
     assert function_key(g).endswith("test_the_calibration_key_names_the_function.<locals>.g")
     assert function_key(functools.partial(g, y=1)) == function_key(g)
     assert function_key(np.tanh) != function_key(g)
+    first, second = (lambda x: x), (lambda x: x + 1)
+    assert function_key(first) == function_key(second)  # one line: one key
+    third = lambda x: x * 2  # noqa: E731
+    assert function_key(third) != function_key(first)  # lambdas apart by their line
 
 
 def test_a_fixed_placement_chooses_only_the_wait():

@@ -359,3 +359,24 @@ def test_the_old_name_of_error_target_still_works_with_a_warning():
         old = dask_bacc.UntilError
     assert old is dask_bacc.ErrorTarget
     assert isinstance(dask_bacc.until(0.01), dask_bacc.ErrorTarget)
+
+
+def test_exact_only_ignores_an_error_target_and_gives_up_once_exactness_is_impossible():
+    """Review of issue 23: an until() target met while only an exact decode will do gave
+    up with the real share still pending; and with a block's own share gone the job
+    waited for every mixed share before giving up."""
+    code = get_code("systematic-spline", 2, 4)
+    rows = code.data_rows()
+    real = sorted(rows)
+    mixed = [i for i in range(4) if i not in rows]
+    d = Decider(code, until(2.0))
+    for i in range(4):
+        d.launched(i)
+    d.exact_only = True
+    d.landed(real[0], 0.1)
+    d.landed(mixed[0], 0.1)
+    assert d.step(0.2, error_met=True) is None  # the other real share is still pending
+    d.erred(real[1], 0.3, "NaN/inf on its own data")
+    action = d.step(0.3)
+    assert isinstance(action, GiveUp) and action.trigger == "exact-impossible"
+    assert mixed[1] in action.pending  # given up without waiting for it

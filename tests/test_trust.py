@@ -323,3 +323,55 @@ async def test_nan_on_mixed_shares_without_real_data_warns(c, s, *workers):
         )
         await job
     assert "NaN/inf" in job.report.failed[1]
+
+
+# -- review mends: arrival order, exact-only, digits beyond 2**53 -------------------------
+def raise_on(block, names):
+    from distributed import get_worker
+
+    if str(get_worker().name) in names:
+        raise ArithmeticError("not defined here")
+    return np.tanh(block)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 5)
+async def test_the_verdict_on_a_mixed_share_error_does_not_depend_on_arrival_order(
+    c, s, *workers, gated
+):
+    """One mixed share raises, f works on the data: with the real shares slow the job used
+    to fail with that exception at its first decode, with them fast it succeeded. It now
+    waits for a share of real data to judge, then decodes exactly either way."""
+    rows = get_code("systematic-spline", 2, 5).data_rows()
+    mixed = next(i for i in range(5) if i not in rows)
+    bad, _ = await names_at(c, (mixed,), 5)
+    X = np.random.default_rng(1).standard_normal((8, 3))
+    held = list(rows) if gated else [99]  # 99 is no task: nothing held
+    async with gate_stragglers(indices=held, client=c) as gate:
+        job = await dask_bacc.submit_coded(
+            raise_on, X, bad, n_blocks=2, n_coded=5, wait=2, client=c
+        )
+        if gated:
+            await until(lambda: mixed in job.decider.failed, "the mixed share's error")
+            assert not job.done()  # judged by real data, not by arrival order
+            await gate.release()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = await asyncio.wait_for(job, 30)
+    np.testing.assert_allclose(out, np.tanh(X))
+
+
+@pytest.mark.parametrize("limit", ["1 GiB", 0])
+@pytest.mark.parametrize("code", ["systematic-spline", "repetition"])
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_integers_beyond_2_53_decode_exactly(c, s, *workers, code, limit):
+    """A decode that picks results selects them: no trip through float64 (exact sets of
+    a systematic code, repetition; on the client and in the cluster's decode task)."""
+    X = np.arange(24, dtype=np.int64).reshape(8, 3) + 2**60 + 1
+    with dask.config.set({"bacc.client-decode-limit": limit}):
+        job = await dask_bacc.submit_coded(
+            lambda b: b + 0, X, n_blocks=2, n_coded=4, wait=4, code=code, client=c
+        )
+        out = await job
+    assert out.dtype == np.int64 and job.report.estimate_method == "exact"
+    np.testing.assert_array_equal(out, X)

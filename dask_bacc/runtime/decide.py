@@ -43,7 +43,9 @@ class Decider:
     Times are seconds since the job started. Triggers: ``"wait"`` (the wait policy is met
     and its grace period, if any, is over), ``"all"`` (an ``until`` policy: every result
     is in), ``"error"`` (the error estimate met an ``until`` target), ``"exhausted"``
-    (nothing is pending: decode from what arrived) and ``"timeout"``.
+    (nothing is pending: decode from what arrived), ``"exact-impossible"`` (only an exact
+    decode will do, :attr:`exact_only`, and some block's own shares are all gone: give
+    up) and ``"timeout"``.
     """
 
     def __init__(self, code: Code, policy: WaitPolicy, timeout: float | None = None):
@@ -127,10 +129,12 @@ class Decider:
             trigger = self._after_grace(now)
             if trigger == "wait":  # until(): met only once every result is in
                 trigger = getattr(self.policy, "met_trigger", "wait")
-        elif error_met:
+        elif error_met and not self.exact_only:  # an estimate's target: approximate only
             trigger = "error"
         elif not self.pending:
             trigger = "exhausted"
+        elif self.exact_only and not self._exact_possible():
+            trigger = "exact-impossible"  # a block's own shares are all gone
         if trigger is None and self.deadline is not None and now >= self.deadline:
             trigger = "timeout"  # (also ends a grace period)
         if trigger is None:
@@ -147,6 +151,13 @@ class Decider:
         if self.exact_only:
             return self.code.is_exact(self.usable)
         return self.policy.is_met(self.usable, self.code)
+
+    def _exact_possible(self) -> bool:
+        """Whether the shares of real data still in hand or pending can cover every block
+        (only they decode exactly)."""
+        rows = self.code.data_rows()
+        alive = {rows[i] for i in (*self.usable, *self.pending) if i in rows}
+        return len(alive) == self.code.K
 
     def _grace_applies(self) -> bool:
         """Whether a met policy still waits out a grace period (else it decodes at once)."""

@@ -71,6 +71,7 @@ from .worker import (
     eval_task,
     hold,
     picked_dtype,
+    picks,
     spec_of,
     stack_decode_task,
 )
@@ -146,10 +147,17 @@ async def ensure_worker_plugin(client: Client) -> None:
 
 
 def plugin_everywhere(client: Client) -> bool:
-    """Whether every running worker has the worker plugin as far as this client knows: no
-    registration of its own is still reaching a (frozen) worker."""
+    """Whether every running worker is known to have the worker plugin: this client's own
+    registration reached all of them. A client that found the plugin already on the
+    scheduler cannot know (another client's broadcast may still be waiting for a frozen
+    worker), nor can one whose registration is still under way."""
     register = _registering.get(client)
-    return register is None or register.done()
+    return (
+        register is not None
+        and register.done()
+        and not register.cancelled()
+        and register.exception() is None
+    )
 
 
 def _registered(task: asyncio.Future[Any]) -> None:
@@ -575,8 +583,13 @@ class CodedJob:
             return
         d, now = self.decider, self._elapsed()
         if fut.status == "finished" and fut.type in _FAILURE_TYPES:
-            failure = await _dist.gather(self.client, fut)
-            if not isinstance(failure, EvalFailure) or not self._failed(i, now, failure):
+            # watched and bounded: a failure whose worker leaves before the transfer is
+            # recomputed on that worker only, and a plain gather would wait forever
+            bound = max(1.0, 4 * config.seconds("poll-interval"))
+            got = (await self.watched_gather({i: fut}, timeout=bound)).get(i)
+            if not isinstance(got, EvalFailure):
+                got = EvalFailure("lost", f"the failure of task {i} could not be fetched")
+            if not self._failed(i, now, got):
                 return
         elif fut.status == "finished":
             if not d.landed(i, now):
@@ -625,6 +638,10 @@ class CodedJob:
                 self.report.domain_failure.append(i)
             elif failure.kind == "raised":
                 self._unjudged[i] = failure
+                # f's error or the mixing's? Only a share of real data can tell: decode
+                # from nothing but real data until one has answered (the verdict must not
+                # depend on which results came first)
+                self.decider.exact_only = True
         self._judge()
         return True
 
@@ -655,8 +672,7 @@ class CodedJob:
         self._unjudged.clear()  # f works on real data: those were the mixing's doing
         covered = set(self._data_rows.values()) >= set(range(self.code.K))
         exact = self._on_domain == "exact" and covered
-        if exact:
-            self.decider.exact_only = True
+        self.decider.exact_only = exact  # (it held the decode while unjudged)
         what = (
             "the job decodes from the shares of real data only (exact), as "
             "bacc.on-domain-failure='exact' asks"
@@ -730,16 +746,12 @@ class CodedJob:
             )
         return output
 
-    def _out_dtype(self, dtype: str, used: list[int]) -> np.dtype[Any]:
-        """The output's dtype: the results' own where the decode selects them (a code
-        that keeps dtypes, or an exact set of a systematic code, whose decoding rows are
-        unit vectors), float64 where it mixes integer results."""
+    def _out_dtype(self, dtype: str, selects: bool) -> np.dtype[Any]:
+        """The output's dtype: the results' own where the decode ``selects`` them
+        (:func:`.worker.picks`), float64 where it mixes integer results."""
         out = np.dtype(dtype)
         if self.transform is not None:  # what the inverse map gives, in float
             return out if out.kind == "f" else np.dtype(np.float64)
-        selects = self.code.keeps_dtype or (
-            not self.code.exact and self.code.is_exact(used) and _selects(self.code, used)
-        )
         if not selects and out.kind != "f":
             out = np.dtype(np.float64)
         return out
@@ -821,11 +833,10 @@ class CodedJob:
                 "f with plain Dask (e.g. map_blocks / map_partitions)."
             )
         for p in bad:
-            shape, dtype = specs[p]
             self.decider.rejected(
                 used[p],
-                f"InvalidResult: result shape {shape} dtype {dtype} differs from the "
-                f"shape {expected[0]} dtype {np.dtype(expected[1])} of the other results",
+                f"InvalidResult: result shape {specs[p][0]} differs from the shape "
+                f"{expected[0]} of the other results",
             )
         return bool(bad)
 
@@ -838,13 +849,18 @@ class CodedJob:
         if self._reject(used, specs):
             return _NOTHING
         (shape, _), _ = consistent(specs)
-        dtype = picked_dtype(self.code.decoding_matrix(used), [spec[1] for spec in specs]).str
+        D = self.code.decoding_matrix(used)
+        dtype = picked_dtype(D, [spec[1] for spec in specs]).str
         stacked = np.stack([self._values[i] for i in used])
-        decoded = self.code.decode(stacked, used)
+        cols = picks(D) if self.transform is None else None
+        if cols is not None:  # exact copies: selected, their dtype and digits kept
+            decoded = np.stack([self._values[used[c]] for c in cols])
+        else:
+            decoded = self.code.decode(stacked, used)
         self.quality.residual = decode_residual(self.code, stacked, used)
         if self.transform is not None:
             decoded = self.transform.inverse(decoded)
-        out_dtype = self._out_dtype(dtype, used)
+        out_dtype = self._out_dtype(dtype, cols is not None)
         values = list(decoded.astype(out_dtype, copy=False))
         return self.blocks.assemble(values, shape, out_dtype, self.combine)
 
@@ -894,7 +910,7 @@ class CodedJob:
         self.quality.add_sketches(used, info.get("sketches"))
         self.quality.residual = info.get("residual")
         shape, dtype = tuple(info["shape"]), info["dtype"]
-        out_dtype = self._out_dtype(dtype, used)
+        out_dtype = self._out_dtype(dtype, picks(D) is not None and self.transform is None)
         if self.blocks.gather_output:
             values = await _dist.gather(self.client, blocks)
             return self.blocks.assemble(
@@ -934,7 +950,11 @@ class CodedJob:
                 return info
             exc = await _dist.exception(fut) if fut.status == "error" else None
             if isinstance(exc, InconsistentResults):
-                self._reject(used, exc.specs)
+                failures = [p for p, spec in enumerate(exc.specs) if spec[1] == "failure"]
+                for p in failures:  # evals that failed, their type unknown here
+                    self.decider.rejected(used[p], "the eval failed (seen by the decode)")
+                if not failures:
+                    self._reject(used, exc.specs)
                 return _NOTHING
             await self._check_workers()
             if self.decider.decoding is None:
@@ -961,8 +981,15 @@ class CodedJob:
             for r in rep.failed.values()
         )
         why = [f"{n} x {r}" for r, n in reasons.most_common()]
-        if action.pending:
+        if action.pending and self.timeout is not None:
             why.append(f"{len(action.pending)} still running at the timeout of {self.timeout}s")
+        elif action.pending:
+            why.append(f"{len(action.pending)} still running")
+        if self.decider.exact_only:
+            why.append(
+                "only an exact decode would do (func failed on coded shares that mix "
+                "blocks) and the shares of some block's own data are all gone"
+            )
         exc = InsufficientResults(
             f"coded job {self.token}: {len(action.usable)} usable result(s) of N={self.code.N} "
             f"arrived, {type(self.code).__name__} needs {need} (at least "
@@ -1050,12 +1077,6 @@ async def _drop_when_done(held: list[tuple[Future[Any], str]], client: Client) -
                 held[:] = [(f, w) for f, w in held if w in live]
                 await _dist.cancel(client, gone, reason="bacc: worker left")
     held.clear()
-
-
-def _selects(code: Code, used: list[int]) -> bool:
-    """Whether decoding from ``used`` only picks results (every weight 0 or 1)."""
-    D = code.decoding_matrix(used)
-    return bool(np.all((D == 0) | (D == 1)))
 
 
 class _Nothing(enum.Enum):

@@ -175,9 +175,12 @@ def _auto_spelling(value: Any) -> Any:
 
 def function_key(func: Any) -> str:
     """The name a function's calibration is kept under: module and qualified name (of the
-    wrapped function, for a ``functools.partial``)."""
+    wrapped function, for a ``functools.partial``), and the line of a lambda."""
     inner = getattr(func, "func", func)
     name = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+    code = getattr(inner, "__code__", None)
+    if "<lambda>" in name and code is not None:  # every lambda of a module has one name
+        name += f"@{code.co_firstlineno}"
     return f"{getattr(inner, '__module__', None) or ''}.{name}"
 
 

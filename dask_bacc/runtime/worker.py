@@ -68,6 +68,7 @@ __all__ = [
     "mark_done",
     "matmul_tiled",
     "picked_dtype",
+    "picks",
     "sketch_task",
     "stack_decode_task",
     "state",
@@ -489,7 +490,8 @@ class EvalFailure:
     ----------
     kind : str
         ``"raised"`` (``func`` raised ``exception``), ``"nonfinite"`` (NaN/inf in the
-        result) or ``"invalid"`` (not a real numeric array).
+        result) or ``"invalid"`` (not a real numeric array); ``"lost"`` on the client
+        when the failure itself could not be fetched.
     reason : str
         ``"<ExceptionType>: message"``.
     exception : BaseException or None
@@ -560,13 +562,26 @@ def consistent(specs: Sequence[ResultSpec]) -> tuple[ResultSpec, list[int]]:
     return (shape, dtype.str), bad
 
 
-def picked_dtype(D: FloatArray, dtypes: Sequence[str]) -> np.dtype[Any]:
-    """The dtype of a decode with matrix ``D`` from results of ``dtypes``: what the
-    results it draws on (nonzero columns) promote to. A decode that only picks results
-    (repetition, an exact set of a systematic code) keeps an integer dtype even when
-    the float results of mixed shares were gathered too."""
-    drawn = [int(p) for p in np.flatnonzero(np.any(np.asarray(D) != 0, axis=0))]
-    return np.result_type(*(np.dtype(dtypes[p]) for p in (drawn or range(len(dtypes)))))
+def picks(D: ArrayLike) -> list[int] | None:
+    """The result each block takes when decoding with ``D`` only picks results (every row
+    one weight 1, the others 0: repetition, an exact set of a systematic code), else None.
+
+    Such a decode is done by selection, not arithmetic: the results' dtype is kept and
+    integers beyond 2**53 stay exact."""
+    W = np.asarray(D)
+    if W.ndim != 2 or W.size == 0 or not np.all((W == 0) | (W == 1)):
+        return None
+    if not np.all(W.sum(axis=1) == 1):
+        return None
+    return [int(c) for c in W.argmax(axis=1)]
+
+
+def picked_dtype(D: ArrayLike, dtypes: Sequence[str]) -> np.dtype[Any]:
+    """The dtype of a decode with matrix ``D`` from results of ``dtypes``: that of the
+    results it picks (:func:`picks`: an integer dtype is kept even when the float results
+    of mixed shares were gathered too), else what they all promote to."""
+    cols = picks(D)
+    return np.result_type(*(np.dtype(dtypes[p]) for p in (cols or range(len(dtypes)))))
 
 
 def sketch_task(
@@ -622,6 +637,10 @@ def stack_decode_task(
     otherwise), and sketches each result when ``sketch = (size, seed)`` is given, so the
     client estimates the error from :func:`decoded_info` without a task per result.
     """
+    failed = [p for p, r in enumerate(results) if isinstance(r, EvalFailure)]
+    if failed:  # their type did not reach the client (a reconnect): write them off
+        specs = [((-1,), "failure") if p in failed else spec_of(r) for p, r in enumerate(results)]
+        raise InconsistentResults(f"{len(failed)} result(s) are failures", failed, specs)
     specs = [spec_of(r) for r in results]
     expected, bad = consistent(specs)
     if bad:
@@ -631,11 +650,13 @@ def stack_decode_task(
             specs,
         )
     dtype = picked_dtype(D, [s[1] for s in specs])
-    blocks = matmul_tiled(D, results)
-    if transform is not None:
-        blocks = transform.inverse(blocks)
-    elif dtype.kind != "f" and np.all(D == np.round(D)):
-        blocks = blocks.astype(dtype)  # exact copies (repetition): keep integer dtypes
+    cols = picks(D) if transform is None else None
+    if cols is not None:  # exact copies: selected, their dtype and digits kept
+        blocks = np.stack([np.asarray(results[c]) for c in cols]).astype(dtype, copy=False)
+    else:
+        blocks = matmul_tiled(D, results)
+        if transform is not None:
+            blocks = transform.inverse(blocks)
     sketches = None
     if sketch is not None:
         from ..codes.estimate import sketch as sketch_of
