@@ -3,7 +3,7 @@
 Berrut decoding evaluates the rational interpolant r of ``g(z) = f(u(z))`` through the
 returned worker points at the data points ``alpha_j``; since the encoder interpolates the
 data, ``g(alpha_j) = f(X_j)``, so the decoding error is the interpolation error of r at the
-data points. It is estimated from the returned results alone, in three steps:
+data points. It is estimated from the returned results alone, in five steps:
 
 1. **Embedded pair.** Decode a second time with the Floater-Hormann interpolant of degree
    1 through the same points (one order more accurate than Berrut's, which is
@@ -18,22 +18,22 @@ data points. It is estimated from the returned results alone, in three steps:
    underestimates on this very function; it multiplies ``e_j``, clipped to
    ``[1, MAX_CALIBRATION]`` (the pair is never scaled down, and never up by more than 4;
    the spline codes: ``[0.25, 4]``).
-2b. **Prediction bound.** The factor is at least :func:`prediction_factor` of the
+3. **Prediction bound.** The factor is at least ``prediction_factor`` of the
    pointwise leave-one-out ratios: half their one-sided 95% upper prediction bound
    (log-normal model, Student's t with m - 1 degrees of freedom for m informative
    points), so that the estimate is at least half the true error at a data point in 95%
    of cases when that point behaves like the left-out ones. Few or scattered ratios (small
    K, few results, a function rough at the spacing of the points) widen it; many
    consistent ones leave step 2 in charge. With fewer than
-   :data:`MIN_CALIBRATION_POINTS` informative points (3 results: the one interior point
+   ``MIN_CALIBRATION_POINTS`` informative points (3 results: the one interior point
    is predicted from two, where both interpolants are the same line) nothing checks the
    pair: the estimate is ``nan``, method ``"unreliable"``, and a job warns.
-2c. **Wide gaps.** A data point in a gap of the returned points wider than the median
+4. **Wide gaps.** A data point in a gap of the returned points wider than the median
    leave-one-out test spans (adjacent stragglers, a straggler where points are sparse)
    is checked by the tests that open a gap at least as wide: single points, or runs of
    consecutive interior points, left out; its factor is at least the prediction bound of
    those ratios, and with fewer than two of them the estimate is ``"unreliable"`` too.
-3. **Cap.** Across a wide gap in the returned points (adjacent stragglers) the linear
+5. **Cap.** Across a wide gap in the returned points (adjacent stragglers) the linear
    interpolant of a rough g can overshoot wildly, while Berrut's estimate stays a
    weighted average of the results. The estimate of block j is therefore capped by the
    root mean square distance from the decoded block to the returned results: the error
@@ -47,7 +47,7 @@ residuals alone, split-half re-decoding, higher-degree embedded pairs and a vari
 (kriging) model; this one had the most cells within a factor of 2 of the true error.
 
 The inputs may be the coded results themselves or any fixed linear sketch of them (all
-three steps only take norms of linear combinations of results): the runtime uses
+steps only take norms of linear combinations of results): the runtime uses
 :func:`count_sketch` on each worker so that only ``sketch_size`` numbers per result reach
 the client.
 """
@@ -118,7 +118,7 @@ class ErrorEstimate:
         module docstring; ``"embedded-fh3"`` for the spline codes), ``"ill-conditioned"``
         (an exact code whose decode from these results amplifies rounding errors by more
         than :data:`~dask_bacc.codes.base.AMPLIFICATION_LIMIT`: it may be far from exact),
-        ``"unreliable"`` (fewer than :data:`MIN_CALIBRATION_POINTS` results can be checked
+        ``"unreliable"`` (fewer than ``MIN_CALIBRATION_POINTS`` results can be checked
         by leave-one-out, e.g. 3 results: no figure to vouch for) or ``"unknown"``.
     calibration : float
         The leave-one-out factor applied (1 for exact decodes).
