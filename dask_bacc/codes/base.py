@@ -11,7 +11,14 @@ from numpy.typing import NDArray
 from ..exceptions import InsufficientResults
 from ._types import Blocks, CodeConfig, FloatArray, IndexArray, IntArray, Returned
 
-__all__ = ["AMPLIFICATION_LIMIT", "Code", "InterpolatingCode", "as_returned", "decode_residual"]
+__all__ = [
+    "AMPLIFICATION_LIMIT",
+    "Code",
+    "InterpolatingCode",
+    "as_returned",
+    "decode_residual",
+    "unit_rows",
+]
 
 #: Largest :meth:`Code.amplification` at which an exact code's decode is taken as exact.
 #: Measured for Lagrange over K in 4..32, N/K in 2..4, degrees 1..3 and random and adjacent
@@ -132,13 +139,7 @@ class Code:
         """
         cached: dict[int, int] | None = getattr(self, "_data_rows", None)
         if cached is None:
-            E = self.encoding_matrix()
-            cached = {}
-            for i, row in enumerate(E):
-                nonzero = np.flatnonzero(row)
-                if nonzero.size == 1 and row[nonzero[0]] == 1.0:
-                    cached[i] = int(nonzero[0])
-            self._data_rows = cached
+            cached = self._data_rows = unit_rows(self.encoding_matrix())
         return dict(cached)
 
     def check_matrix(self, returned: Returned) -> FloatArray | None:
@@ -289,6 +290,17 @@ class InterpolatingCode(Code):
         out = np.empty_like(sorted_matrix)
         out[:, order] = sorted_matrix
         return out
+
+
+def unit_rows(matrix: NDArray[Any]) -> dict[int, int]:
+    """``{row: column}`` for the rows of ``matrix`` that are unit vectors (one weight of
+    exactly 1, every other 0): an encoding row that ships a block as it is, a decoding row
+    that picks one result."""
+    M = np.asarray(matrix)
+    ones = (M == 1).sum(axis=1) == 1
+    rest_zero = ((M == 0) | (M == 1)).all(axis=1)
+    rows = np.flatnonzero(ones & rest_zero)
+    return {int(i): int(np.argmax(M[i] == 1)) for i in rows}
 
 
 def _positive_int(name: str, value: object) -> int:

@@ -850,9 +850,11 @@ class CodedJob:
             return _NOTHING
         (shape, _), _ = consistent(specs)
         D = self.code.decoding_matrix(used)
-        dtype = picked_dtype(D, [spec[1] for spec in specs]).str
+        cols = picks(D)
+        dtype = picked_dtype(cols, [spec[1] for spec in specs]).str
         stacked = np.stack([self._values[i] for i in used])
-        cols = picks(D) if self.transform is None else None
+        if self.transform is not None:
+            cols = None  # the inverse map needs the decode in float
         if cols is not None:  # exact copies: selected, their dtype and digits kept
             decoded = np.stack([self._values[used[c]] for c in cols])
         else:

@@ -34,6 +34,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from numpy.typing import ArrayLike, NDArray
 
 from .. import config
+from ..codes.base import unit_rows
 from ..exceptions import InvalidInput, InvalidResult
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ __all__ = [
     "EvalFailure",
     "EvalHook",
     "InconsistentResults",
+    "NonFiniteResult",
     "ResultSpec",
     "Share",
     "WorkerState",
@@ -87,6 +89,11 @@ T = TypeVar("T")
 ResultSpec: TypeAlias = tuple[tuple[int, ...], str]
 #: A coded share or a decoded block: an array, or a NumPy scalar where the blocks are 0-d
 Share: TypeAlias = NDArray[Any] | np.generic
+
+
+class NonFiniteResult(InvalidResult):
+    """A result with NaN/inf entries (:func:`check_result`): for a share that mixes blocks,
+    the sign that f is not defined on coded blocks."""
 
 
 class InconsistentResults(InvalidResult):
@@ -507,8 +514,7 @@ class EvalFailure:
         """The failure for ``exc``: ``func``'s exception, or ``check_result``'s verdict."""
         reason = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, InvalidResult):
-            kind = "nonfinite" if "NaN/inf" in str(exc) else "invalid"
-            return cls(kind, reason)
+            return cls("nonfinite" if isinstance(exc, NonFiniteResult) else "invalid", reason)
         return cls("raised", reason, _picklable(exc))
 
 
@@ -537,7 +543,7 @@ def check_result(out: object) -> NDArray[Any]:
         raise InvalidResult(f"result has dtype {arr.dtype}; coded results must be real numeric")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise InvalidResult(f"result contains {bad} NaN/inf value(s)")
+        raise NonFiniteResult(f"result contains {bad} NaN/inf value(s)")
     return arr
 
 
@@ -569,18 +575,16 @@ def picks(D: ArrayLike) -> list[int] | None:
     Such a decode is done by selection, not arithmetic: the results' dtype is kept and
     integers beyond 2**53 stay exact."""
     W = np.asarray(D)
-    if W.ndim != 2 or W.size == 0 or not np.all((W == 0) | (W == 1)):
+    if W.ndim != 2 or W.size == 0:
         return None
-    if not np.all(W.sum(axis=1) == 1):
-        return None
-    return [int(c) for c in W.argmax(axis=1)]
+    rows = unit_rows(W)
+    return [rows[j] for j in range(W.shape[0])] if len(rows) == W.shape[0] else None
 
 
-def picked_dtype(D: ArrayLike, dtypes: Sequence[str]) -> np.dtype[Any]:
-    """The dtype of a decode with matrix ``D`` from results of ``dtypes``: that of the
-    results it picks (:func:`picks`: an integer dtype is kept even when the float results
-    of mixed shares were gathered too), else what they all promote to."""
-    cols = picks(D)
+def picked_dtype(cols: list[int] | None, dtypes: Sequence[str]) -> np.dtype[Any]:
+    """The dtype of a decode from results of ``dtypes``: that of the results it picks,
+    ``cols`` (:func:`picks`: an integer dtype is kept even when the float results of
+    mixed shares were gathered too), else (None) what they all promote to."""
     return np.result_type(*(np.dtype(dtypes[p]) for p in (cols or range(len(dtypes)))))
 
 
@@ -649,8 +653,10 @@ def stack_decode_task(
             bad,
             specs,
         )
-    dtype = picked_dtype(D, [s[1] for s in specs])
-    cols = picks(D) if transform is None else None
+    cols = picks(D)
+    dtype = picked_dtype(cols, [s[1] for s in specs])
+    if transform is not None:
+        cols = None  # the inverse map needs the decode in float
     if cols is not None:  # exact copies: selected, their dtype and digits kept
         blocks = np.stack([np.asarray(results[c]) for c in cols]).astype(dtype, copy=False)
     else:
