@@ -8,6 +8,7 @@ median over rounds of each round's ``map_coded / bare loop`` (explicit wait) and
 ``default wait / bare loop``. ``map_coded`` uses each revision's default code.
 
     python benchmarks/floor_revisions.py --before a848ae7 [--after HEAD] [--rounds 5]
+        [--processes] [--rows 100]
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3, help="floor.py repetitions per round")
     p.add_argument("--N", default="8,16,32,64")
     p.add_argument("--keep", type=Path, default=None, help="copy each round's JSON here")
+    p.add_argument("--processes", action="store_true", help="worker processes (floor.py's)")
+    p.add_argument("--rows", type=int, default=None, help="rows of each block (floor.py's)")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="floor-revs-"))
     trees = {"before": worktree(args.before, tmp), "after": worktree(args.after, tmp)}
@@ -86,6 +89,8 @@ def main() -> None:
                     "--json",
                     str(out),
                 ]
+                cmd += ["--processes"] if args.processes else []
+                cmd += ["--rows", str(args.rows)] if args.rows else []
                 subprocess.run(cmd, env=env, check=True, capture_output=True)
                 if args.keep is not None:
                     args.keep.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ __all__ = [
     "Code",
     "InterpolatingCode",
     "as_returned",
+    "contract",
     "decode_residual",
     "unit_rows",
 ]
@@ -165,7 +166,7 @@ class Code:
     def encode(self, blocks: Blocks) -> NDArray[Any]:
         """Encode K blocks of shape (K, ...) into N coded blocks of shape (N, ...)."""
         blocks = self._stack(blocks, self.K, "blocks")
-        return _contract(self.encoding_matrix(), blocks)
+        return contract(self.encoding_matrix(), blocks)
 
     def shares(self, blocks: Blocks) -> list[NDArray[Any]]:
         """The N coded shares of K blocks, as :meth:`encode` gives them, except that the
@@ -173,15 +174,15 @@ class Code:
         arithmetic touches it (integers beyond 2**53 stay exact, and f's result on the
         block is f(X_j) exactly)."""
         stacked = self._stack(blocks, self.K, "blocks")
-        coded = self.encode(stacked)
         rows = self.data_rows()
+        coded = self.encode(stacked) if len(rows) < self.N else stacked  # (all copies)
         return [stacked[rows[i]] if i in rows else coded[i] for i in range(self.N)]
 
     def decode(self, results: Blocks, returned: Returned) -> NDArray[Any]:
         """Decode K output blocks from ``results[l]``, the result of worker ``returned[l]``."""
         idx = as_returned(returned, self.N)
         results = self._stack(results, idx.size, "results")
-        return _contract(self.decoding_matrix(idx), results)
+        return contract(self.decoding_matrix(idx), results)
 
     @staticmethod
     def _stack(blocks: Blocks, n: int, what: str) -> NDArray[Any]:
@@ -311,7 +312,7 @@ def _positive_int(name: str, value: object) -> int:
     return int(value)
 
 
-def _contract(matrix: FloatArray, blocks: NDArray[Any]) -> NDArray[Any]:
+def contract(matrix: FloatArray, blocks: NDArray[Any]) -> NDArray[Any]:
     """``out[r] = sum_c matrix[r, c] blocks[c]``: one BLAS matmul over flattened blocks."""
     if blocks.dtype.kind not in "biuf":
         raise TypeError(f"blocks must be real numeric, got dtype {blocks.dtype}")

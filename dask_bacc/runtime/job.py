@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 
 from .. import config, diagnostics
 from ..codes import Code
-from ..codes.base import decode_residual
+from ..codes.base import contract, decode_residual
 from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
@@ -858,7 +858,7 @@ class CodedJob:
         if cols is not None:  # exact copies: selected, their dtype and digits kept
             decoded = np.stack([self._values[used[c]] for c in cols])
         else:
-            decoded = self.code.decode(stacked, used)
+            decoded = contract(D, stacked)  # code.decode, with the matrix already built
         self.quality.residual = decode_residual(self.code, stacked, used)
         if self.transform is not None:
             decoded = self.transform.inverse(decoded)
