@@ -512,10 +512,10 @@ class EvalFailure:
     @classmethod
     def of(cls, exc: BaseException) -> EvalFailure:
         """The failure for ``exc``: ``func``'s exception, or ``check_result``'s verdict."""
-        reason = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, InvalidResult):
+            reason = f"InvalidResult: {exc}"  # one name for every kind, as reports read
             return cls("nonfinite" if isinstance(exc, NonFiniteResult) else "invalid", reason)
-        return cls("raised", reason, _picklable(exc))
+        return cls("raised", f"{type(exc).__name__}: {exc}", _picklable(exc))
 
 
 def _picklable(exc: BaseException) -> BaseException | None:
