@@ -55,7 +55,7 @@ from .graph import TaskSpec, submit_graph
 from .launch import CodedLaunch, Launch
 from .quality import JobQuality
 from .report import JobReport
-from .wait import WaitPolicy
+from .wait import WaitPolicy, check_timeout
 from .worker import (
     DONE_OP,
     PLUGIN_NAME,
@@ -70,6 +70,7 @@ from .worker import (
     decoded_info,
     eval_task,
     hold,
+    majority,
     picked_dtype,
     picks,
     spec_of,
@@ -305,6 +306,9 @@ class CodedJob:
         #: user's error unless func succeeds on a share of real data
         self._unjudged: dict[int, EvalFailure] = {}
         self._mixed_failed: list[int] = []  # mixed shares that raised or gave NaN/inf
+        #: coded index -> the shape of its result, for every result a decode has seen: the
+        #: shapes are judged over the whole job, not one decode attempt at a time
+        self._shapes: dict[int, tuple[int, ...]] = {}
         self.domain_failure = False  # func is not defined on coded blocks (warned)
 
     # -- user API --------------------------------------------------------------------
@@ -334,6 +338,7 @@ class CodedJob:
         return queued
 
     def _result_sync(self, timeout: float | None, stacklevel: int, warn: bool = True) -> Any:
+        timeout = check_timeout(timeout)
         try:
             out = _dist.sync(self.client, self._result, callback_timeout=timeout)
         except KeyboardInterrupt:
@@ -814,31 +819,37 @@ class CodedJob:
                 return {}
 
     def _reject(self, used: list[int], specs: list[ResultSpec]) -> bool:
-        """Write off the results whose shape/dtype differs from the majority; True if any.
+        """Write off the results whose shape differs from the majority; True if any.
 
-        One odd result is an erasure (a faulty worker). Two or more results whose shapes
-        differ from the majority mean f's output shape depends on the values in its block
-        (a boolean mask, a groupby of mixed values): no decode can rebuild that, so the
-        job fails with a ``ValueError`` instead of decoding from the few that agree.
+        The shapes are counted over every result this job's decodes have seen, whatever
+        their arrival order. One odd result is an erasure (a faulty worker). Two or more
+        results whose shapes differ from the majority mean f's output shape depends on
+        the values in its block (a boolean mask, a groupby of mixed values): no decode can
+        rebuild that, so the job fails with a ``ValueError``. Judged one decode at a time,
+        each odd result arriving alone was written off as a faulty worker's, and the job
+        decoded from the few that happened to agree.
         """
-        expected, bad = consistent(specs)
-        shapes = sorted({specs[p][0] for p in bad if specs[p][0] != expected[0]})
-        if sum(specs[p][0] != expected[0] for p in bad) >= 2:
+        self._shapes.update((i, spec[0]) for i, spec in zip(used, specs, strict=True))
+        seen = sorted(self._shapes)
+        expected, bad = majority([self._shapes[i] for i in seen])
+        if len(bad) >= 2:
+            shapes = sorted({self._shapes[seen[p]] for p in bad})
             raise ValueError(
                 f"func's output shape depends on the values in its block: the coded results "
-                f"have shapes {[expected[0], *shapes][:6]} (and {len(bad)} of {len(specs)} "
+                f"have shapes {[expected, *shapes][:6]} (and {len(bad)} of {len(seen)} "
                 "differ from the most common one). Coded computing decodes f's outputs "
                 "from combinations of blocks, so the shape of f(block) must depend only on "
                 "the block's shape (no boolean masks or value-dependent groupbys); run this "
                 "f with plain Dask (e.g. map_blocks / map_partitions)."
             )
-        for p in bad:
+        odd = [i for i, spec in zip(used, specs, strict=True) if spec[0] != expected]
+        for i in odd:
             self.decider.rejected(
-                used[p],
-                f"InvalidResult: result shape {specs[p][0]} differs from the shape "
-                f"{expected[0]} of the other results",
+                i,
+                f"InvalidResult: result shape {self._shapes[i]} differs from the shape "
+                f"{expected} of the other results",
             )
-        return bool(bad)
+        return bool(odd)
 
     async def _decode_here(self, used: list[int]) -> Any:
         """One gather of the used results and one matrix product on the client."""

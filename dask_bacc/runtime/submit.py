@@ -25,7 +25,7 @@ from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
 from .speculative import Speculation, speculative_job, speculative_placement
-from .wait import FirstK, WaitPolicy, resolve_wait
+from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -77,11 +77,7 @@ def _check_common(
             raise TypeError(f"n_coded must be an integer or 'auto', got {type(n_coded).__name__}")
         if isinstance(code, Code):
             raise ValueError("give n_coded or a Code instance, not both (the code fixes N)")
-    if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-            raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+    resolve_timeout(timeout)
     if code_options is not None and not isinstance(code_options, dict):
         raise TypeError("code_options must be a dict")
 
@@ -367,9 +363,7 @@ async def _submit(
     transform: Transform | None = None,
     error: float | None = None,
 ) -> CodedJob:
-    if timeout is None:
-        timeout = config.get("timeout")
-    timeout = None if timeout is None else float(timeout)
+    timeout = resolve_timeout(timeout)
     try:  # timeout= bounds the whole call, reaching the scheduler included
         workers, n_workers = await asyncio.wait_for(_running_workers(client), timeout)
     except asyncio.TimeoutError:

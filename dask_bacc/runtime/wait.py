@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from .. import config
 from ..codes import Code
 
-__all__ = ["ErrorTarget", "FirstK", "Fraction", "WaitPolicy", "resolve_wait", "until"]
+__all__ = [
+    "ErrorTarget",
+    "FirstK",
+    "Fraction",
+    "WaitPolicy",
+    "check_timeout",
+    "resolve_timeout",
+    "resolve_wait",
+    "until",
+]
 
 
 class WaitPolicy:
@@ -178,8 +187,44 @@ def until(error: float, *, min_results: int | None = None) -> ErrorTarget:
 
 
 def _check_grace(grace: float) -> None:
-    if isinstance(grace, bool) or not isinstance(grace, numbers.Real) or not grace >= 0:
-        raise ValueError(f"grace must be a number >= 0, got {grace!r}")
+    # a grace of inf (or NaN) would hold a decode for ever once its target is met
+    if isinstance(grace, bool) or not isinstance(grace, numbers.Real) or not 0 <= grace < math.inf:
+        raise ValueError(f"grace must be a finite number >= 0, got {grace!r}")
+
+
+def check_timeout(timeout: object, name: str = "timeout") -> float | None:
+    """``timeout`` as seconds: None (no limit), or a finite number > 0.
+
+    NaN compares false with everything, so a NaN timeout would never fire and a job's loop
+    would spin for ever; ``inf`` means no limit and is spelled None. Durations such as
+    ``"10s"`` (as in the config) are parsed with :func:`dask.utils.parse_timedelta`.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, str):
+        from dask.utils import parse_timedelta
+
+        try:
+            timeout = parse_timedelta(timeout, default="s")
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"{name} must be a number of seconds, got {timeout!r}") from exc
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, got {type(timeout).__name__}")
+    seconds = float(timeout)
+    if not 0 < seconds < math.inf:
+        raise ValueError(
+            f"{name} must be a positive, finite number of seconds (None for no limit), "
+            f"got {timeout!r}"
+        )
+    return seconds
+
+
+def resolve_timeout(timeout: object) -> float | None:
+    """A job's timeout: ``timeout=`` if given, else ``bacc.timeout``; checked
+    (:func:`check_timeout`)."""
+    if timeout is None:
+        return check_timeout(config.get("timeout"), "bacc.timeout")
+    return check_timeout(timeout)
 
 
 def resolve_wait(wait: int | float | str | WaitPolicy | None, code: Code) -> WaitPolicy:

@@ -69,6 +69,7 @@ __all__ = [
     "is_done",
     "mark_done",
     "matmul_tiled",
+    "majority",
     "picked_dtype",
     "picks",
     "sketch_task",
@@ -560,10 +561,7 @@ def consistent(specs: Sequence[ResultSpec]) -> tuple[ResultSpec, list[int]]:
     Dtypes are not compared: a systematic share's exact integer result and a mixed
     share's float result of the same f agree once cast to the job's result dtype.
     """
-    from collections import Counter
-
-    shape = Counter(s[0] for s in specs).most_common(1)[0][0]
-    bad = [p for p, s in enumerate(specs) if s[0] != shape]
+    shape, bad = majority([s[0] for s in specs])
     dtype = np.result_type(*(np.dtype(s[1]) for s in specs if s[0] == shape))
     return (shape, dtype.str), bad
 
@@ -639,6 +637,15 @@ def stack_decode_task(
 
     Checks first that the results agree in shape and dtype (``InconsistentResults``
     otherwise), and sketches each result when ``sketch = (size, seed)`` is given, so the
+def majority(shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], list[int]]:
+    """The most common of ``shapes`` (the first seen among equals) and the positions of
+    the others."""
+    from collections import Counter
+
+    shape = Counter(shapes).most_common(1)[0][0]
+    return shape, [p for p, s in enumerate(shapes) if s != shape]
+
+
     client estimates the error from :func:`decoded_info` without a task per result.
     """
     failed = [p for p, r in enumerate(results) if isinstance(r, EvalFailure)]
