@@ -13,11 +13,13 @@ from ._types import Blocks, CodeConfig, FloatArray, IndexArray, IntArray, Return
 
 __all__ = [
     "AMPLIFICATION_LIMIT",
+    "FLOAT64_INTEGER_LIMIT",
     "Code",
     "InterpolatingCode",
     "as_returned",
     "contract",
     "decode_residual",
+    "refuse_rounded_integers",
     "unit_rows",
 ]
 
@@ -26,6 +28,30 @@ __all__ = [
 #: stragglers (``benchmarks/lagrange_conditioning.py``, 6210 decodes): those up to 1e6 were
 #: within 2e-10 of f(X_j); every decode off by more than 1e-6 had an amplification above 1e7.
 AMPLIFICATION_LIMIT = 1e6
+
+
+#: float64 holds every integer of magnitude up to 2**53 exactly and rounds some larger ones
+#: (``collections.base`` has the same constant: codes/ does not import collections/).
+FLOAT64_INTEGER_LIMIT = 2**53
+
+
+def refuse_rounded_integers(blocks: NDArray[Any], code: str) -> None:
+    """Raise ``ValueError`` when ``blocks`` are 64-bit integers beyond 2**53, which an
+    exact ``code`` would mix in float64 arithmetic (rounding them) while its decode is
+    labelled exact. The message names the dtype and what to do instead."""
+    arr = np.asarray(blocks)
+    if arr.dtype.kind not in "iu" or arr.dtype.itemsize < 8 or arr.size == 0:
+        return  # float data, or integers float64 always holds
+    top = max(int(arr.max()), -int(arr.min()))  # Python ints: no overflow at the extremes
+    if top <= FLOAT64_INTEGER_LIMIT:
+        return
+    raise ValueError(
+        f"the data has dtype {arr.dtype} with integers beyond 2**53 (up to {top}): the "
+        f"{code} code mixes blocks in float64 arithmetic, which rounds such integers, yet "
+        "its decode is labelled exact. Cast the data to float explicitly if float64 "
+        "precision is enough (x.astype(float)), or use code='repetition' (or a systematic "
+        "code), which copies integer blocks exactly."
+    )
 
 
 def as_returned(returned: Returned, n: int) -> IndexArray:

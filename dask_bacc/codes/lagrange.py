@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.polynomial import chebyshev
+from numpy.typing import NDArray
 
 from ..exceptions import InsufficientResults
-from ._types import CodeConfig, FloatArray, Returned
-from .base import Code, _positive_int, as_returned
+from ._types import Blocks, CodeConfig, FloatArray, Returned
+from .base import Code, _positive_int, as_returned, refuse_rounded_integers
 from .berrut import barycentric_matrix
 from .points import chebyshev_first, chebyshev_second
 
@@ -78,6 +81,19 @@ class LagrangeCode(Code):
 
     def encoding_matrix(self) -> FloatArray:
         return lagrange_matrix(self._z, self._alpha)
+
+    def encode(self, blocks: Blocks) -> NDArray[Any]:
+        """Encode K blocks into N coded blocks (:meth:`Code.encode`).
+
+        Raises
+        ------
+        ValueError
+            For 64-bit integer blocks beyond 2**53: every share mixes blocks in float64,
+            which rounds them, and an exact decode would hide it.
+        """
+        stacked = self._stack(blocks, self.K, "blocks")
+        refuse_rounded_integers(stacked, "Lagrange")
+        return super().encode(stacked)
 
     def decoding_matrix(self, returned: Returned) -> FloatArray:
         idx = as_returned(returned, self.N)

@@ -8,9 +8,52 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Blocks", "check_dtype", "combine_rule"]
+__all__ = ["FLOAT64_INTEGER_LIMIT", "Blocks", "beyond_float64", "check_dtype", "combine_rule"]
 
 COMBINE_CHOICES = ("auto", "concat", "stack")
+
+#: float64 holds every integer of magnitude up to 2**53 exactly (its 53-bit significand)
+#: and rounds some larger ones. ``codes.base`` has the same constant (a layer apart).
+FLOAT64_INTEGER_LIMIT = 2**53
+
+
+def beyond_float64(values: Any) -> int | None:
+    """The largest magnitude in integer ``values`` when it exceeds 2**53 (float64 would
+    round some of them), else None (float data, or integers float64 holds exactly).
+
+    Only 64-bit integers can exceed it: smaller integer dtypes always fit.
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu" or arr.dtype.itemsize < 8 or arr.size == 0:
+        return None
+    # Python ints: -int64.min and uint64.max do not fit in the array's own dtype
+    top = max(int(arr.max()), -int(arr.min()))
+    return top if top > FLOAT64_INTEGER_LIMIT else None
+
+
+def rounding_message(what: str, dtype: Any, top: int, beside: str, fix: str) -> str:
+    """Why integers beyond 2**53 that would be stacked with other dtypes into one float64
+    array are refused, and what to do (``fix``, the kind's own spelling of it).
+
+    Parameters
+    ----------
+    what : str
+        The column, variable or block, e.g. ``"data column 'i'"``.
+    dtype : dtype
+        Its dtype.
+    top : int
+        Its largest magnitude (:func:`beyond_float64`).
+    beside : str
+        What forces float64, e.g. ``"the float column(s) ['f']"``.
+    fix : str
+        How to cast it explicitly, or to code it on its own, for this kind of data.
+    """
+    return (
+        f"{what} ({dtype}) holds integers beyond 2**53 (up to {top}): beside {beside} it "
+        "would be coded in one float64 array with them, which rounds such integers, so f "
+        "would see, and an exact decode (repetition, a systematic code's exact set, "
+        f"Lagrange) would return, other integers. {fix}"
+    )
 
 
 def check_dtype(dtype: np.dtype, what: str = "data") -> np.dtype:

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import InvalidInput
-from .base import COMBINE_CHOICES, Blocks
+from .base import COMBINE_CHOICES, Blocks, beyond_float64, rounding_message
 
 __all__ = ["DaskFrameBlocks", "FrameFunction", "FrameOutput", "PandasBlocks", "frame_blocks"]
 
@@ -181,6 +181,8 @@ def numeric_values(obj: Frame, dtype: np.dtype, what: str, rows: int | None = No
         missing = np.asarray(obj.isna()).any(axis=0)
         if missing.any():
             _raise_missing(pairs, missing, series, what)
+    if dtype.kind == "f":
+        _refuse_rounding(obj, pairs, what)
     raw = obj.to_numpy(dtype=dtype)
     if rows is None or rows == raw.shape[0] or raw.shape[0] == 0:
         values = np.ascontiguousarray(raw)
@@ -202,6 +204,34 @@ def numeric_values(obj: Frame, dtype: np.dtype, what: str, rows: int | None = No
             "replace them first (e.g. df.replace([np.inf, -np.inf], value))"
         )
     return values
+
+
+def _refuse_rounding(obj: Frame, pairs: list[tuple[Any, Any]], what: str) -> None:
+    """Refuse a 64-bit integer column holding integers beyond 2**53 that is coded as
+    float64 because of the other columns' dtypes (an exact decode would return rounded
+    integers as f's own); a ``ValueError`` naming the column, its dtype and the fixes."""
+    for pos, (label, column_dtype) in enumerate(pairs):
+        np_dtype = numeric_dtype(column_dtype)
+        if np_dtype is None or np_dtype.kind not in "iu" or np_dtype.itemsize < 8:
+            continue  # (smaller integers always fit in float64)
+        column = obj if obj.ndim == 1 else obj.iloc[:, pos]
+        top = beyond_float64(column.to_numpy(dtype=np_dtype))
+        if top is None:
+            continue
+        others = [(lb, numeric_dtype(d)) for lb, d in pairs if numeric_dtype(d) != np_dtype]
+        beside = (
+            f"the column(s) {[lb for lb, _ in others]} of dtype "
+            f"{', '.join(sorted({str(d) for _, d in others}))}"
+        )
+        fix = (
+            "Cast it explicitly if float64 precision is enough "
+            f"(df.astype({{{label!r}: 'float64'}})), rescale it (e.g. nanosecond times to "
+            "seconds, // 10**9), or map the integer column(s) on their own "
+            f"(columns=[{label!r}, ...]): columns of one integer dtype are coded in it."
+        )
+        raise InvalidInput(
+            rounding_message(f"{what} column {label!r}", column_dtype, top, beside, fix)
+        )
 
 
 def _raise_missing(pairs: list[tuple[Any, Any]], missing: Any, series: bool, what: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Blocks, check_dtype, combine_rule
+from .base import Blocks, beyond_float64, check_dtype, combine_rule, rounding_message
 
 __all__ = ["ListBlocks", "NumpyBlocks", "default_n_blocks"]
 
@@ -88,6 +88,8 @@ class ListBlocks(NumpyBlocks):
             check_dtype(a.dtype, f"block {j}")
             _check_finite(a, f"block {j}")
         dtype = np.result_type(*arrays)
+        if dtype.kind == "f":
+            _refuse_rounding(arrays)
         Blocks.__init__(self, len(arrays), arrays[0].shape, dtype)
         self.arrays = arrays
 
@@ -106,6 +108,24 @@ class ListBlocks(NumpyBlocks):
         combine: str = "auto",
     ) -> list[np.ndarray]:
         return [np.asarray(v) for v in decoded]
+
+
+def _refuse_rounding(arrays: Sequence[np.ndarray]) -> None:
+    """Refuse a 64-bit integer block holding integers beyond 2**53 stacked as float64
+    beside blocks of other dtypes (an exact decode would return rounded integers)."""
+    for j, a in enumerate(arrays):
+        top = beyond_float64(a)
+        if top is None:
+            continue
+        others = sorted({str(b.dtype) for b in arrays if b.dtype != a.dtype})
+        fix = (
+            "Cast the blocks explicitly if float64 precision is enough "
+            "([np.asarray(b, dtype='float64') for b in blocks]), or pass blocks of one "
+            "integer dtype: they are coded in it."
+        )
+        raise ValueError(
+            rounding_message(f"block {j}", a.dtype, top, f"blocks of {', '.join(others)}", fix)
+        )
 
 
 def _resolve_k(rows: int, n_blocks: int | None, blocks: int | None, max_blocks: int | None) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 import xarray as xr
 
 from ..exceptions import InvalidInput, InvalidResult
-from .base import Blocks, check_dtype
+from .base import Blocks, beyond_float64, check_dtype, rounding_message
 from .numpy import _resolve_k
 
 __all__ = ["CodedBlockFunc", "XarrayBlocks", "xarray_blocks"]
@@ -757,18 +757,30 @@ def _in_memory_flat(
             )
         arrays.append(values)
         axes.append(v.dims.index(dim))
-    return _flat_block(tuple(axes), dtype, *arrays, check=False)
+    names = tuple(coded)
+    try:
+        return _flat_block(tuple(axes), dtype, *arrays, check=False, names=names)
+    except InvalidInput as exc:  # in memory: a plain ValueError before anything runs
+        raise ValueError(str(exc)) from None
 
 
 def _flat_block(
-    axes: tuple[int, ...], dtype: np.dtype, *arrays: np.ndarray, check: bool = True
+    axes: tuple[int, ...],
+    dtype: np.dtype,
+    *arrays: np.ndarray,
+    check: bool = True,
+    names: tuple[Hashable, ...] = (),
 ) -> np.ndarray:
     """The pieces of one block (one array per coded variable, ``dim`` at ``axes[i]``) as one
     C-contiguous ``(rows, total)`` array of ``dtype``, written in one pass.
 
     Runs as one task per block for dask-backed data (so each chunk is converted once, with
-    no intermediate concatenations), and checks the result is finite (``check``).
+    no intermediate concatenations), and checks the result is finite (``check``). A 64-bit
+    integer variable (``names``: the variables' names) holding integers beyond 2**53 that
+    a float ``dtype`` would round raises :class:`~dask_bacc.exceptions.InvalidInput`.
     """
+    if np.dtype(dtype).kind == "f":
+        _refuse_rounding(arrays, names)
     rows = np.shape(arrays[0])[axes[0]]
     widths = [int(np.size(a)) // rows if rows else 0 for a in arrays]
     out = np.empty((rows, sum(widths)), dtype=dtype)
@@ -778,6 +790,28 @@ def _flat_block(
         out[:, start : start + width] = piece.reshape((rows, width))
         start += width
     return _check_finite(out) if check else out
+
+
+def _refuse_rounding(arrays: Sequence[Any], names: Sequence[Hashable]) -> None:
+    """Refuse 64-bit integer variables beyond 2**53 coded as float64 beside the others
+    (an exact decode would return rounded integers as f's own), naming them."""
+    dtypes = [np.asarray(a).dtype for a in arrays]
+    for k, (a, dtype) in enumerate(zip(arrays, dtypes, strict=True)):
+        top = beyond_float64(a)
+        if top is None:
+            continue
+        name = names[k] if k < len(names) else k
+        others = [n for n, d in zip(names, dtypes, strict=False) if d != dtype]
+        beside = f"the variable(s) {others} of dtype " + ", ".join(
+            sorted({str(d) for d in dtypes if d != dtype})
+        )
+        fix = (
+            "Cast it explicitly if float64 precision is enough "
+            f"(ds.assign({{{name!r}: ds[{name!r}].astype('float64')}})), or map the "
+            f"integer variable(s) on their own (ds[[{name!r}, ...]]): variables of one "
+            "integer dtype are coded in it."
+        )
+        raise InvalidInput(rounding_message(f"variable {name!r}", dtype, top, beside, fix))
 
 
 def _check_finite(block: np.ndarray) -> np.ndarray:
@@ -805,4 +839,8 @@ def _dask_blocks(
         pieces.append(arr.to_delayed().ravel().tolist())  # the K chunks along dim, in order
         axes.append(axis)
     build = dask.delayed(_flat_block, pure=True)
-    return [build(tuple(axes), dtype, *[p[j] for p in pieces]) for j in range(len(dim_chunks))]
+    names = tuple(coded)
+    return [
+        build(tuple(axes), dtype, *[p[j] for p in pieces], names=names)
+        for j in range(len(dim_chunks))
+    ]
