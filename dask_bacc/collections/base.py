@@ -31,7 +31,9 @@ def beyond_float64(values: Any) -> int | None:
     return top if top > FLOAT64_INTEGER_LIMIT else None
 
 
-def rounding_message(what: str, dtype: Any, top: int, beside: str, fix: str) -> str:
+def rounding_message(
+    what: str, dtype: Any, top: int, beside: str, fix: str, output: bool = False
+) -> str:
     """Why integers beyond 2**53 that would be stacked with other dtypes into one float64
     array are refused, and what to do (``fix``, the kind's own spelling of it).
 
@@ -47,12 +49,15 @@ def rounding_message(what: str, dtype: Any, top: int, beside: str, fix: str) -> 
         What forces float64, e.g. ``"the float column(s) ['f']"``.
     fix : str
         How to cast it explicitly, or to code it on its own, for this kind of data.
+    output : bool
+        ``what`` is part of f's output (decoded), not of the data (which f sees).
     """
+    seen = "" if output else "f would see them rounded, and "
     return (
         f"{what} ({dtype}) holds integers beyond 2**53 (up to {top}): beside {beside} it "
-        "would be coded in one float64 array with them, which rounds such integers, so f "
-        "would see, and an exact decode (repetition, a systematic code's exact set, "
-        f"Lagrange) would return, other integers. {fix}"
+        "would be coded in one float64 array with them, which rounds such integers, so "
+        f"{seen}an exact decode (repetition, a systematic code's exact set, Lagrange) would "
+        f"return other integers than f's own. {fix}"
     )
 
 

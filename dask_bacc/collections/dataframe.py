@@ -206,10 +206,14 @@ def numeric_values(obj: Frame, dtype: np.dtype, what: str, rows: int | None = No
     return values
 
 
-def _refuse_rounding(obj: Frame, pairs: list[tuple[Any, Any]], what: str) -> None:
+def _refuse_rounding(
+    obj: Frame, pairs: list[tuple[Any, Any]], what: str, output: bool = False
+) -> None:
     """Refuse a 64-bit integer column holding integers beyond 2**53 that is coded as
     float64 because of the other columns' dtypes (an exact decode would return rounded
-    integers as f's own); a ``ValueError`` naming the column, its dtype and the fixes."""
+    integers as f's own); an :class:`~dask_bacc.exceptions.InvalidInput` (a
+    ``ValueError``) naming the column, its dtype and the fixes. ``output``: ``obj`` is
+    f's output on a share, not the data."""
     for pos, (label, column_dtype) in enumerate(pairs):
         np_dtype = numeric_dtype(column_dtype)
         if np_dtype is None or np_dtype.kind not in "iu" or np_dtype.itemsize < 8:
@@ -223,14 +227,21 @@ def _refuse_rounding(obj: Frame, pairs: list[tuple[Any, Any]], what: str) -> Non
             f"the column(s) {[lb for lb, _ in others]} of dtype "
             f"{', '.join(sorted({str(d) for _, d in others}))}"
         )
-        fix = (
-            "Cast it explicitly if float64 precision is enough "
-            f"(df.astype({{{label!r}: 'float64'}})), rescale it (e.g. nanosecond times to "
-            "seconds, // 10**9), or map the integer column(s) on their own "
-            f"(columns=[{label!r}, ...]): columns of one integer dtype are coded in it."
-        )
+        if output:
+            fix = (
+                "Make f return it as float if float64 precision is enough "
+                f"(.astype({{{label!r}: 'float64'}})), or return the integer column(s) "
+                "from a map of their own: an output of one integer dtype is decoded in it."
+            )
+        else:
+            fix = (
+                "Cast it explicitly if float64 precision is enough "
+                f"(df.astype({{{label!r}: 'float64'}})), rescale it (e.g. nanosecond times "
+                "to seconds, // 10**9), or map the integer column(s) on their own "
+                f"(columns=[{label!r}, ...]): columns of one integer dtype are coded in it."
+            )
         raise InvalidInput(
-            rounding_message(f"{what} column {label!r}", column_dtype, top, beside, fix)
+            rounding_message(f"{what} column {label!r}", column_dtype, top, beside, fix, output)
         )
 
 
@@ -455,6 +466,8 @@ def _pandas_values(obj: Frame) -> np.ndarray:
     anything else would be copied again there, on one worker, for every result)."""
     dtype = coded_dtype(obj, "f's output", selectable=False)
     pairs = _labelled_dtypes(obj)
+    if dtype.kind == "f":  # (raised from f's task: the job fails with this ValueError)
+        _refuse_rounding(obj, pairs, "f's output:", output=True)
     if any(not isinstance(d, np.dtype) for _, d in pairs):
         if np.asarray(obj.isna()).any():
             # missing values of nullable columns become NaN, which the job rejects as invalid

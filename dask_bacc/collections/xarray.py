@@ -171,7 +171,10 @@ def _flatten_output(out: Any, layout: _OutputLayout) -> np.ndarray:
                 "must be real numeric"
             )
         parts.append(values.ravel())
-    return np.concatenate(parts, dtype=np.result_type(*parts))
+    dtype = np.result_type(*parts)
+    if dtype.kind == "f":  # (raised from f's task: the job fails with this ValueError)
+        _refuse_rounding(parts, [s.name for s in layout.coded], output=True)
+    return np.concatenate(parts, dtype=dtype)
 
 
 class CodedBlockFunc:
@@ -792,9 +795,13 @@ def _flat_block(
     return _check_finite(out) if check else out
 
 
-def _refuse_rounding(arrays: Sequence[Any], names: Sequence[Hashable]) -> None:
+def _refuse_rounding(
+    arrays: Sequence[Any], names: Sequence[Hashable], output: bool = False
+) -> None:
     """Refuse 64-bit integer variables beyond 2**53 coded as float64 beside the others
-    (an exact decode would return rounded integers as f's own), naming them."""
+    (an exact decode would return rounded integers as f's own), naming them, with an
+    :class:`~dask_bacc.exceptions.InvalidInput` (a ``ValueError``). ``output``: the
+    arrays are the variables of f's output on a share, not the data."""
     dtypes = [np.asarray(a).dtype for a in arrays]
     for k, (a, dtype) in enumerate(zip(arrays, dtypes, strict=True)):
         top = beyond_float64(a)
@@ -805,13 +812,21 @@ def _refuse_rounding(arrays: Sequence[Any], names: Sequence[Hashable]) -> None:
         beside = f"the variable(s) {others} of dtype " + ", ".join(
             sorted({str(d) for d in dtypes if d != dtype})
         )
-        fix = (
-            "Cast it explicitly if float64 precision is enough "
-            f"(ds.assign({{{name!r}: ds[{name!r}].astype('float64')}})), or map the "
-            f"integer variable(s) on their own (ds[[{name!r}, ...]]): variables of one "
-            "integer dtype are coded in it."
-        )
-        raise InvalidInput(rounding_message(f"variable {name!r}", dtype, top, beside, fix))
+        if output:
+            fix = (
+                f"Make f return it as float if float64 precision is enough (out[{name!r}]"
+                ".astype('float64')), or return the integer variable(s) from a map of their "
+                "own: an output of one integer dtype is decoded in it."
+            )
+        else:
+            fix = (
+                "Cast it explicitly if float64 precision is enough "
+                f"(ds.assign({{{name!r}: ds[{name!r}].astype('float64')}})), or map the "
+                f"integer variable(s) on their own (ds[[{name!r}, ...]]): variables of one "
+                "integer dtype are coded in it."
+            )
+        what = f"f's output: variable {name!r}" if output else f"variable {name!r}"
+        raise InvalidInput(rounding_message(what, dtype, top, beside, fix, output))
 
 
 def _check_finite(block: np.ndarray) -> np.ndarray:
