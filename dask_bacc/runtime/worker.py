@@ -67,9 +67,9 @@ __all__ = [
     "eval_task",
     "hold",
     "is_done",
+    "majority",
     "mark_done",
     "matmul_tiled",
-    "majority",
     "picked_dtype",
     "picks",
     "sketch_task",
@@ -566,6 +566,15 @@ def consistent(specs: Sequence[ResultSpec]) -> tuple[ResultSpec, list[int]]:
     return (shape, dtype.str), bad
 
 
+def majority(shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], list[int]]:
+    """The most common of ``shapes`` (the first seen among equals) and the positions of
+    the others."""
+    from collections import Counter
+
+    shape = Counter(shapes).most_common(1)[0][0]
+    return shape, [p for p, s in enumerate(shapes) if s != shape]
+
+
 def picks(D: ArrayLike) -> list[int] | None:
     """The result each block takes when decoding with ``D`` only picks results (every row
     one weight 1, the others 0: repetition, an exact set of a systematic code), else None.
@@ -637,15 +646,6 @@ def stack_decode_task(
 
     Checks first that the results agree in shape and dtype (``InconsistentResults``
     otherwise), and sketches each result when ``sketch = (size, seed)`` is given, so the
-def majority(shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], list[int]]:
-    """The most common of ``shapes`` (the first seen among equals) and the positions of
-    the others."""
-    from collections import Counter
-
-    shape = Counter(shapes).most_common(1)[0][0]
-    return shape, [p for p, s in enumerate(shapes) if s != shape]
-
-
     client estimates the error from :func:`decoded_info` without a task per result.
     """
     failed = [p for p, r in enumerate(results) if isinstance(r, EvalFailure)]
