@@ -10,6 +10,7 @@ __all__ = [
     "InsufficientResults",
     "InvalidInput",
     "InvalidResult",
+    "OutsideTransform",
     "RewriteError",
     "SuspectResultsWarning",
     "UnknownCodeError",
@@ -44,6 +45,12 @@ class InvalidInput(ValueError):
 
 class InvalidResult(ValueError):
     """A coded task's result cannot be decoded (not numeric, NaN/inf, wrong shape)."""
+
+
+class OutsideTransform(InvalidResult):
+    """A result of ``func`` that its job's ``transform=`` does not map back:
+    ``inverse(forward(y))`` differs from ``y`` (e.g. a value that is not positive under
+    ``"log"``), so even an exact code would decode an altered answer."""
 
 
 class RewriteError(ValueError):

@@ -21,7 +21,7 @@ from cluster_helpers import gen_cluster, until
 
 import dask_bacc
 from dask_bacc.codes import get_code
-from dask_bacc.testing import gate_stragglers
+from dask_bacc.testing import assert_no_bacc_tasks, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -126,3 +126,133 @@ def test_result_timeout_is_checked():
         with pytest.raises(ValueError, match="timeout must be a positive, finite number"):
             job.result(timeout=math.nan)
         np.testing.assert_allclose(job.result(timeout=30), np.tanh(np.ones((4, 2))))
+
+
+# -- item 1: the result check runs under the transform --------------------------------------
+X = np.random.default_rng(3).standard_normal((16, 3))
+
+
+@pytest.mark.parametrize("code", ["systematic-spline", "repetition", "berrut", "speculative"])
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_values_outside_the_log_transform_are_refused(c, s, *workers, code):
+    """np.tanh is negative on half of X: log clipped it to tiny, and the job returned
+    2.2e-308 for every negative value, labelled exact with error 0."""
+    if code == "berrut":  # no share of real data: every result is written off
+        with pytest.raises(dask_bacc.InsufficientResults, match="outside the domain"):
+            await dask_bacc.map_coded(np.tanh, X, n_blocks=2, code=code, transform="log", client=c)
+    else:
+        with pytest.raises(ValueError, match=r"outside the domain of transform='log'"):
+            await dask_bacc.map_coded(np.tanh, X, n_blocks=2, code=code, transform="log", client=c)
+    await assert_no_bacc_tasks(s)
+
+
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_coded_data_refuses_values_outside_the_transform(c, s, *workers):
+    data = await dask_bacc.encode(X, code="repetition", n_blocks=2, client=c)
+    with pytest.raises(ValueError, match="outside the domain"):
+        await data.map(np.tanh, transform="log")
+    np.testing.assert_allclose(await data.map(np.exp, transform="log"), np.exp(X), rtol=1e-12)
+    data.release()
+
+
+def relu(b):
+    return np.maximum(b, 0.0)
+
+
+@pytest.mark.parametrize("limit", ["1 GiB", 0])
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_zeros_come_back_exactly_through_log(c, s, *workers, limit):
+    """0 is in the domain: log clips it to log(tiny), and the inverse gives 0 back (it gave
+    2.2e-308)."""
+    with dask.config.set({"bacc.client-decode-limit": limit}):
+        job = await dask_bacc.submit_coded(
+            relu, X, n_blocks=2, code="repetition", transform="log", client=c
+        )
+        out = await job
+    assert job.report.estimate_method == "exact"
+    np.testing.assert_array_equal(out == 0, relu(X) == 0)
+    np.testing.assert_allclose(out, relu(X), rtol=1e-13, atol=0)
+
+
+def unnormalised(b):
+    return np.exp(b)  # positive, but its rows are not probabilities
+
+
+def probabilities(b):
+    e = np.exp(b)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_log_probabilities_refuses_rows_that_are_not_probabilities(c, s, *workers):
+    """The inverse renormalises each row: rows that do not sum to 1 came back altered,
+    labelled exact."""
+    with pytest.raises(ValueError, match="log-probabilities"):
+        await dask_bacc.map_coded(
+            unnormalised, X, n_blocks=2, code="repetition", transform="log-probabilities", client=c
+        )
+    job = await dask_bacc.submit_coded(
+        probabilities, X, n_blocks=2, code="repetition", transform="log-probabilities", client=c
+    )
+    np.testing.assert_allclose(await job, probabilities(X), rtol=1e-13)
+    assert job.report.estimate_method == "exact"
+
+
+def positive_on_integers(b):
+    """Positive on the data (integers), negative on blocks that mix them."""
+    return np.where(b == np.round(b), b + 1.0, -1.0)
+
+
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_a_mixed_share_outside_the_transform_is_a_domain_failure(c, s, *workers):
+    data = np.arange(24, dtype=float).reshape(8, 3)
+    job = await dask_bacc.submit_coded(
+        positive_on_integers, data, n_blocks=2, n_coded=4, wait=4, transform="log", client=c
+    )
+    with pytest.warns(dask_bacc.ApproximationWarning, match="outside transform="):
+        out = await job
+    assert job.report.domain_failure and job.report.estimate_method == "exact"
+    np.testing.assert_allclose(out, data + 1.0, rtol=1e-13)
+
+
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_lagrange_refuses_a_transform(c, s, *workers):
+    """Lagrange decodes a polynomial f exactly; log of one is not a polynomial."""
+    with pytest.raises(ValueError, match="does not apply to"):
+        await dask_bacc.submit_coded(
+            np.exp,
+            X,
+            n_blocks=2,
+            code="lagrange",
+            code_options={"degree": 2},
+            transform="log",
+            client=c,
+        )
+
+
+# -- item 5: array subclasses ----------------------------------------------------------------
+def masked(b):
+    return np.ma.masked_less(b, 0.0)
+
+
+class Tagged(np.ndarray):
+    """An ndarray subclass with state of its own (as units or a mask are)."""
+
+    tag = "metres"
+
+
+def tagged(b):
+    return np.asarray(b).view(Tagged)
+
+
+@pytest.mark.parametrize("func", [masked, tagged])
+@pytest.mark.parametrize("code", ["systematic-spline", "repetition", "berrut"])
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_array_subclass_results_are_refused(c, s, *workers, func, code):
+    """A masked array lost its mask (np.asarray in the result check): the decoded answer
+    had the masked values back, with no word."""
+    with pytest.raises(TypeError, match=f"func returned a .*{type(func(X)).__name__}"):
+        await dask_bacc.map_coded(func, X, n_blocks=2, code=code, client=c)
+    with pytest.raises(TypeError, match="plain NumPy arrays"):
+        await dask_bacc.map_coded(func, X, n_blocks=2, code=code, transform="log", client=c)
+    await assert_no_bacc_tasks(s)

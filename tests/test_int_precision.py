@@ -7,8 +7,8 @@ restored), it does; where the values would be rounded first (columns of mixed dt
 stacked into one float64 array, an exact code that mixes blocks), the job is refused
 before anything runs, naming the column or variable and its dtype.
 
-Each test marked "failed before" in docs/reliability.md returned wrong integers, labelled
-exact, before the change.
+The tests docs/reliability.md names failed before the change (wrong integers labelled
+exact, or no error); the two under "what still works" guard what must not be refused.
 """
 
 from __future__ import annotations

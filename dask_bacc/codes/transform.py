@@ -7,8 +7,12 @@ linear scores of the model, while the probabilities saturate. The forward map ru
 each coded result where it is computed (inside the eval task, so no extra data moves);
 the decoder mixes the transformed results; the inverse maps each decoded block back.
 
-Exact codes stay exact up to rounding: they decode ``forward(f(X_j))`` exactly, and
-``inverse(forward(y)) == y`` for every value the forward map does not clip.
+Exact codes stay exact up to rounding: they decode ``forward(f(X_j))`` exactly, and every
+result is checked where it is computed (:meth:`Transform.checked_forward`): a result that
+``inverse(forward(y))`` does not give back to rounding (a value that is not positive under
+``"log"``, a row that is not a probability distribution under ``"log-probabilities"``) is
+refused with :class:`~dask_bacc.exceptions.OutsideTransform`, never decoded into an
+altered answer.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from ..exceptions import OutsideTransform
 
 __all__ = ["TRANSFORMS", "Transform", "TransformSpec", "get_transform"]
 
@@ -35,19 +41,28 @@ class Transform:
         for the values f returns. Both must be picklable (they run on the workers).
     name : str, optional
         Shown in reports and reprs.
+    domain : str, optional
+        The values the pair maps back, in words (named when a result is refused).
     """
+
+    #: a round trip within ``ROUND_TRIP_ULPS`` units in the last place of the result's
+    #: float dtype (plus its smallest normal number) gives ``y`` back: ``exp(log(y))``
+    #: is off by about ``|log(y)|`` ulps, at most ~710 for float64
+    ROUND_TRIP_ULPS = 1e4
 
     def __init__(
         self,
         forward: ArrayMap,
         inverse: ArrayMap,
         name: str | None = None,
+        domain: str | None = None,
     ):
         if not callable(forward) or not callable(inverse):
             raise TypeError("a transform needs two callables, (forward, inverse)")
         self._forward = forward
         self._inverse = inverse
         self.name = name or f"{_name(forward)}/{_name(inverse)}"
+        self.domain = domain or "the values its inverse maps back"
 
     def forward(self, y: ArrayLike) -> NDArray[Any]:
         """The map applied to each coded result before decoding."""
@@ -57,8 +72,40 @@ class Transform:
         """The map applied to each decoded block."""
         return np.asarray(self._inverse(np.asarray(y)))
 
+    def checked_forward(self, y: ArrayLike) -> NDArray[Any]:
+        """:meth:`forward` of a result ``y`` of func, once ``inverse(forward(y))`` is seen
+        to give ``y`` back to rounding.
+
+        Raises
+        ------
+        OutsideTransform
+            Some finite values of ``y`` do not come back (outside the transform's domain):
+            decoded, they would be altered, even by an exact code. NaN/inf and
+            non-numeric results are left to the result check.
+        """
+        y = np.asarray(y)
+        fy = self.forward(y)
+        if y.dtype.kind not in "biuf" or fy.shape != y.shape:
+            return fy
+        back = self.inverse(fy)
+        dtype = np.result_type(back.dtype, fy.dtype, np.float16)
+        info = np.finfo(dtype) if dtype.kind == "f" else np.finfo(np.float64)
+        with np.errstate(all="ignore"):
+            off = np.abs(back - y) > self.ROUND_TRIP_ULPS * info.eps * np.abs(y) + info.tiny
+        off &= np.isfinite(y)
+        if off.any():
+            at = tuple(int(i) for i in np.argwhere(off)[0])
+            raise OutsideTransform(
+                f"{int(off.sum())} of {y.size} values of func's result are outside the domain "
+                f"of transform={self.name!r} ({self.domain}): inverse(forward(y)) does not "
+                f"give them back (y{list(at)} = {y[at].item()!r} comes back as "
+                f"{back[at].item()!r}), so the decoded answer would be altered. Use no "
+                "transform, or one defined on f's outputs."
+            )
+        return fy
+
     def after(self, func: Callable[..., Any]) -> Callable[..., NDArray[Any]]:
-        """``func`` followed by :meth:`forward` (picklable): what a coded task runs."""
+        """``func`` followed by :meth:`checked_forward` (picklable): what a coded task runs."""
         return _Then(func, self)
 
     def __eq__(self, other: object) -> bool:
@@ -80,8 +127,11 @@ class _Then:
         self.func, self.transform = func, transform
         self.__name__ = getattr(func, "__name__", type(func).__name__)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> NDArray[Any]:
-        return self.transform.forward(self.func(*args, **kwargs))
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        y = self.func(*args, **kwargs)
+        if isinstance(y, np.ndarray) and type(y) is not np.ndarray:
+            return y  # a masked array or other subclass: left for the result check to refuse
+        return self.transform.checked_forward(y)
 
 
 def _name(func: object) -> str:
@@ -92,6 +142,11 @@ def _float(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
     return y if y.dtype.kind == "f" else y.astype(np.float64)
 
 
+def _clipped(y: NDArray[np.floating[Any]]) -> NDArray[np.bool_]:
+    """Where ``y`` is at or below ``log(tiny)``: a zero :func:`safe_log` clipped."""
+    return np.asarray(y <= np.log(np.finfo(y.dtype).tiny))
+
+
 def safe_log(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
     """``log(max(y, tiny))``, ``tiny`` the smallest normal number of y's float dtype."""
     y = _float(y)
@@ -99,19 +154,36 @@ def safe_log(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
     return out
 
 
+def safe_exp(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
+    """``exp(y)``, and 0 at or below ``log(tiny)``: the inverse of :func:`safe_log`, which
+    gives a zero back exactly."""
+    y = _float(y)
+    out: NDArray[np.floating[Any]] = np.exp(y)
+    out[_clipped(y)] = 0
+    return out
+
+
 def softmax(y: NDArray[Any]) -> NDArray[np.floating[Any]]:
-    """``exp(y)`` renormalised so that each row (the last axis) sums to 1."""
+    """``exp(y)`` renormalised so that each row (the last axis) sums to 1; entries at or
+    below ``log(tiny)`` (zeros :func:`safe_log` clipped) are 0, unless the whole row is."""
     y = _float(y)
     e = np.exp(y - y.max(axis=-1, keepdims=True))
+    clipped = _clipped(y)
+    e[clipped & ~clipped.all(axis=-1, keepdims=True)] = 0
     out: NDArray[np.floating[Any]] = e / e.sum(axis=-1, keepdims=True)
     return out
 
 
 #: The presets :func:`get_transform` accepts by name.
 TRANSFORMS: dict[str, Transform] = {
-    "log": Transform(safe_log, np.exp, "log"),
+    "log": Transform(safe_log, safe_exp, "log", "values >= 0"),
     # class probabilities: decode log-probabilities, then exp and renormalise each row
-    "log-probabilities": Transform(safe_log, softmax, "log-probabilities"),
+    "log-probabilities": Transform(
+        safe_log,
+        softmax,
+        "log-probabilities",
+        "rows of probabilities along the last axis: values >= 0 that sum to 1",
+    ),
 }
 
 
@@ -123,10 +195,12 @@ def get_transform(spec: TransformSpec) -> Transform | None:
     """The transform for ``transform=``: a preset name, a ``(forward, inverse)`` pair, a
     :class:`Transform`, or None (no transform).
 
-    Presets: ``"log"`` (forward ``log(max(y, tiny))``, inverse ``exp``: for positive
-    outputs spanning orders of magnitude, e.g. probabilities) and ``"log-probabilities"``
-    (the same forward; the inverse also renormalises each row, the last axis, to sum 1:
-    for class probabilities, ``predict_proba``).
+    Presets: ``"log"`` (forward ``log(max(y, tiny))``, inverse ``exp`` with zeros given
+    back exactly: for outputs >= 0 spanning orders of magnitude, e.g. probabilities) and
+    ``"log-probabilities"`` (the same forward; the inverse also renormalises each row, the
+    last axis, to sum 1: for class probabilities, ``predict_proba``). A result outside
+    the transform's domain (a negative value; a row that does not sum to 1) is refused
+    where it is computed (:meth:`Transform.checked_forward`).
     """
     if spec is None or isinstance(spec, Transform):
         return spec

@@ -218,7 +218,7 @@ def _refuse_rounding(
         np_dtype = numeric_dtype(column_dtype)
         if np_dtype is None or np_dtype.kind not in "iu" or np_dtype.itemsize < 8:
             continue  # (smaller integers always fit in float64)
-        column = obj if obj.ndim == 1 else obj.iloc[:, pos]
+        column = obj.iloc[:, pos] if isinstance(obj, pd.DataFrame) else obj
         top = beyond_float64(column.to_numpy(dtype=np_dtype))
         if top is None:
             continue

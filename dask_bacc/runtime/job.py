@@ -260,6 +260,13 @@ class CodedJob:
         #: map the decoded blocks back with ``transform.inverse``
         self.transform = transform
         if transform is not None:
+            if code.assumption is not None:
+                # the decode is exact for a polynomial f; forward(f) is not one
+                raise ValueError(
+                    f"transform={transform.name!r} does not apply to {code!r}: its decode is "
+                    f"exact only when {code.assumption}, and forward(f) is not. Use "
+                    "code='repetition' for an exact answer, or an approximate code."
+                )
             self.func = transform.after(self.func)
         blocks.exact_decode = code.keeps_dtype and transform is None
         self.args = args
@@ -622,19 +629,22 @@ class CodedJob:
         to work on real data, the user's error otherwise. False if ``i`` was written off."""
         block = self._data_rows.get(i)
         where = f"block {block}'s own data" if block is not None else "a mix of blocks"
-        if failure.kind == "raised":
+        if failure.kind == "unsupported":  # f's output type: the same on every share
+            raise TypeError(failure.reason.removeprefix("InvalidResult: "))
+        reason = failure.reason
+        if failure.kind in ("raised", "domain"):  # f's error, or f's output outside transform=
             if self._cause is None:
                 self._cause = failure.exception
             if self._on_error == "raise" and block is not None:
                 raise self._user_error(i, failure, where)
+        if failure.kind == "raised":
             reason = f"func raised on coded share {i} ({where}): {failure.reason}"
-        else:
-            reason = failure.reason
         if not self.decider.erred(i, now, reason):
             return False
         # with bacc.on-error "erase" an exception is a worker's fault, not f's: only
-        # NaN/inf then tells that f is not defined on coded blocks
-        counts = failure.kind == "nonfinite" or (
+        # NaN/inf or a value outside the transform then tells that f is not defined on
+        # coded blocks
+        counts = failure.kind in ("nonfinite", "domain") or (
             failure.kind == "raised" and self._on_error == "raise"
         )
         if block is None and counts:
@@ -654,7 +664,9 @@ class CodedJob:
         """func's own exception (or a ``RuntimeError`` naming it, when it did not pickle),
         with a note on where it was raised."""
         exc = failure.exception
-        if exc is None:
+        if failure.kind == "domain":  # f's result on real data, outside transform=
+            exc = ValueError(failure.reason.removeprefix("InvalidResult: "))
+        elif exc is None:
             exc = RuntimeError(f"func raised on coded share {i}: {failure.reason}")
         note = (
             f"raised by func on coded share {i} of coded job {self.token} ({where}); "
@@ -686,10 +698,10 @@ class CodedJob:
         )
         self.warn(
             ApproximationWarning(
-                f"func failed (raised or returned NaN/inf) on coded share(s) "
-                f"{sorted(self._mixed_failed)} that mix blocks, while it succeeded on "
-                "shares of real data: f is not defined on coded blocks (e.g. log, sqrt or "
-                f"a division outside the data's range); {what}. Coded shares protect "
+                f"func failed (raised, returned NaN/inf or a value outside transform=) on "
+                f"coded share(s) {sorted(self._mixed_failed)} that mix blocks, while it "
+                "succeeded on shares of real data: f is not defined on coded blocks (e.g. "
+                f"log, sqrt or a division outside the data's range); {what}. Coded shares protect "
                 "this f only through its exact copies: use code='repetition' or "
                 "'speculative'."
             )
@@ -742,8 +754,8 @@ class CodedJob:
             # those shares gave is lost, and the user should know why
             self.warn(
                 ApproximationWarning(
-                    f"func raised or returned NaN/inf on coded share(s) "
-                    f"{sorted(self._mixed_failed)}, which mix blocks: they were written "
+                    "func raised, returned NaN/inf or a value outside transform= on coded "
+                    f"share(s) {sorted(self._mixed_failed)}, which mix blocks: they were written "
                     f"off, so the job had {len(self._mixed_failed)} fewer result(s) to "
                     "decode from. If f is not defined on mixtures of blocks (log, sqrt, a "
                     "division), use an exact code: code='repetition' or 'speculative'."

@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .. import config
 from ..codes.base import unit_rows
-from ..exceptions import InvalidInput, InvalidResult
+from ..exceptions import InvalidInput, InvalidResult, OutsideTransform
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -55,6 +55,7 @@ __all__ = [
     "NonFiniteResult",
     "ResultSpec",
     "Share",
+    "UnsupportedResult",
     "WorkerState",
     "cancelled",
     "check_result",
@@ -95,6 +96,11 @@ Share: TypeAlias = NDArray[Any] | np.generic
 class NonFiniteResult(InvalidResult):
     """A result with NaN/inf entries (:func:`check_result`): for a share that mixes blocks,
     the sign that f is not defined on coded blocks."""
+
+
+class UnsupportedResult(InvalidResult):
+    """A result of a type no decode can rebuild (a masked array or another ndarray
+    subclass): f's own output, so the job raises ``TypeError`` instead of writing it off."""
 
 
 class InconsistentResults(InvalidResult):
@@ -498,8 +504,10 @@ class EvalFailure:
     ----------
     kind : str
         ``"raised"`` (``func`` raised ``exception``), ``"nonfinite"`` (NaN/inf in the
-        result) or ``"invalid"`` (not a real numeric array); ``"lost"`` on the client
-        when the failure itself could not be fetched.
+        result), ``"domain"`` (outside the job's ``transform=``, :class:`OutsideTransform`),
+        ``"unsupported"`` (a masked array or other ndarray subclass) or ``"invalid"``
+        (not a real numeric array); ``"lost"`` on the client when the failure itself
+        could not be fetched.
     reason : str
         ``"<ExceptionType>: message"``.
     exception : BaseException or None
@@ -515,7 +523,12 @@ class EvalFailure:
         """The failure for ``exc``: ``func``'s exception, or ``check_result``'s verdict."""
         if isinstance(exc, InvalidResult):
             reason = f"InvalidResult: {exc}"  # one name for every kind, as reports read
-            return cls("nonfinite" if isinstance(exc, NonFiniteResult) else "invalid", reason)
+            kinds = {
+                NonFiniteResult: "nonfinite",
+                OutsideTransform: "domain",
+                UnsupportedResult: "unsupported",
+            }
+            return cls(kinds.get(type(exc), "invalid"), reason)
         return cls("raised", f"{type(exc).__name__}: {exc}", _picklable(exc))
 
 
@@ -535,7 +548,17 @@ def _picklable(exc: BaseException) -> BaseException | None:
 
 
 def check_result(out: object) -> NDArray[Any]:
-    """A result is decodable when it is a real numeric array with finite entries."""
+    """A result is decodable when it is a plain (not a subclass), real numeric array with
+    finite entries."""
+    if isinstance(out, np.ndarray) and type(out) is not np.ndarray:
+        # np.asarray would drop what makes it a subclass (a mask, units) without a word
+        what = f"{type(out).__module__}.{type(out).__name__}"
+        raise UnsupportedResult(
+            f"func returned a {what}: coded results must be plain NumPy arrays, as "
+            "no decode can rebuild a mask or a subclass's other state. Return a plain array "
+            "(for a masked array: y.filled(fill_value), and the mask from a separate map), "
+            "or run this f with plain Dask"
+        )
     try:
         arr = np.asarray(out)
     except Exception as exc:  # e.g. ragged lists
