@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from ..exceptions import InsufficientResults
+from ..exceptions import InsufficientResults, InvalidInput
 from ._types import Blocks, CodeConfig, FloatArray, IndexArray, IntArray, Returned
 
 __all__ = [
@@ -36,16 +36,21 @@ FLOAT64_INTEGER_LIMIT = 2**53
 
 
 def refuse_rounded_integers(blocks: NDArray[Any], code: str) -> None:
-    """Raise ``ValueError`` when ``blocks`` are 64-bit integers beyond 2**53, which an
-    exact ``code`` would mix in float64 arithmetic (rounding them) while its decode is
-    labelled exact. The message names the dtype and what to do instead."""
+    """Raise :class:`~dask_bacc.exceptions.InvalidInput` (a ``ValueError``) when
+    ``blocks`` are 64-bit integers beyond 2**53, which an exact ``code`` would mix in
+    float64 arithmetic (rounding them) while its decode is labelled exact. The message
+    names the dtype and what to do instead.
+
+    ``InvalidInput`` so that a task encoding chunks on a worker can call it too: a coded
+    job reports that exception as a plain ``ValueError``.
+    """
     arr = np.asarray(blocks)
     if arr.dtype.kind not in "iu" or arr.dtype.itemsize < 8 or arr.size == 0:
         return  # float data, or integers float64 always holds
     top = max(int(arr.max()), -int(arr.min()))  # Python ints: no overflow at the extremes
     if top <= FLOAT64_INTEGER_LIMIT:
         return
-    raise ValueError(
+    raise InvalidInput(
         f"the data has dtype {arr.dtype} with integers beyond 2**53 (up to {top}): the "
         f"{code} code mixes blocks in float64 arithmetic, which rounds such integers, yet "
         "its decode is labelled exact. Cast the data to float explicitly if float64 "

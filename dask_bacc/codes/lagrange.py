@@ -88,8 +88,9 @@ class LagrangeCode(Code):
         Raises
         ------
         ValueError
-            For 64-bit integer blocks beyond 2**53: every share mixes blocks in float64,
-            which rounds them, and an exact decode would hide it.
+            (:class:`~dask_bacc.exceptions.InvalidInput`) For 64-bit integer blocks
+            beyond 2**53: every share mixes blocks in float64, which rounds them, and an
+            exact decode would hide it.
         """
         stacked = self._stack(blocks, self.K, "blocks")
         refuse_rounded_integers(stacked, "Lagrange")
