@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cluster_helpers import gen_cluster, idle
+from cluster_helpers import gen_cluster, idle, until
 from distributed import Nanny, get_worker
 
 import dask_bacc
 from dask_bacc.codes import BerrutCode
+from dask_bacc.runtime import job as job_module
 from dask_bacc.runtime.worker import stale_evals
-from dask_bacc.testing import assert_decodes_reference, gate_stragglers
+from dask_bacc.testing import assert_decodes_reference, assert_no_bacc_tasks, gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -252,3 +253,190 @@ async def test_map_validation_submits_nothing(c, s, *workers):
     with dask.config.set({"bacc.reroute-busy": False}):
         np.testing.assert_allclose((await coded.map(model, W, wait=6)).shape, (16, 2))
     coded.release()
+
+
+# -- issue 24 item 3: the shares are read-only ----------------------------------------------
+FOUR = [("127.0.0.1", 1)] * 4
+
+
+def inplace_double(block):
+    """An f that changes its block in place (as ``b *= 2`` in a user's function)."""
+    block *= 2
+    return block
+
+
+def writeable(block):
+    """1.0 where the eval's share accepts writes, 0.0 where it is read-only."""
+    return np.full(block.shape, float(block.flags.writeable))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+@pytest.mark.parametrize("code", ["repetition", "berrut"])
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_an_in_place_f_raises_and_leaves_the_shares_intact(c, s, *workers, code, kind):
+    """Before: the in-place map decoded the doubled blocks (twice doubled where two copies
+    were one chunk) and every later map read doubled shares, the repetition answer still
+    labelled exact. Now the shares refuse the write: f raises, later maps are unchanged."""
+    X0, _ = data(rows=8)
+    X = X0.copy()
+    blocks = {"n_blocks": 2} if kind == "numpy" else {}
+    values = X if kind == "numpy" else da.from_array(X, chunks=(4, 3))
+    coded = await dask_bacc.encode(values, code=code, n_coded=4, client=c, **blocks)
+
+    async def tanh():  # every result used: the same decode each time
+        out = await coded.map(np.tanh, wait=4)
+        return np.asarray(await c.compute(out) if kind == "dask" else out)
+
+    before = await tanh()
+    with pytest.raises(ValueError, match="read-only"):
+        out = await coded.map(inplace_double, wait=4)
+        if kind == "dask":
+            await c.compute(out)
+    # the same decode of the same shares (summed in the order results arrived)
+    np.testing.assert_allclose(await tanh(), before, rtol=1e-13, atol=1e-15)
+    if code == "repetition":
+        np.testing.assert_array_equal(before, np.tanh(X0))
+    np.testing.assert_array_equal(X, X0)
+    coded.release()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=EIGHT, config={"bacc.reroute-busy-after": 0})
+async def test_a_rerouted_share_stays_read_only(c, s, *workers):
+    """A share evaluated on a spare worker travels there serialized: distributed keeps the
+    read-only flag, so an in-place f cannot change that copy either."""
+    X, _ = data()
+    coded = await dask_bacc.encode(X, code="repetition", n_coded=6, n_blocks=2, client=c)
+    await c.gather(coded.shares)
+    slow_addr = coded.workers[0]
+    slow = next(w for w in workers if w.address == slow_addr)
+    # held by worker, not by index: the rerouted eval of share 0 must run
+    gate = await gate_stragglers(workers=[slow.name], interruptible=False, client=c)
+    first = await coded.submit(model, np.ones((3, 2)), wait=5)
+    await first
+    assert 0 in first.report.straggled
+    job = await coded.submit(writeable, wait=6)
+    flags = await job
+    assert job.report.rerouted.keys() == {0} and job.report.rerouted[0] != slow_addr
+    where = await c.who_has(coded.shares[:1])
+    assert job.report.rerouted[0] in where[coded.shares[0].key]  # a copy was shipped there
+    np.testing.assert_array_equal(flags, np.zeros_like(X))  # no eval could write, copy or not
+    with pytest.raises(ValueError, match="read-only"):
+        await coded.map(inplace_double, wait=6)
+    np.testing.assert_array_equal(await coded.map(np.tanh, wait=6), np.tanh(X))
+    await gate.release()
+    await idle(workers)
+    await gate.clear()
+    coded.release()
+
+
+def frame_arithmetic_inplace(p):
+    """In-place pandas operations on the block (pandas copies on write: f's own copy)."""
+    p *= 2
+    p.iloc[0, 0] = 1e6
+    return p
+
+
+def frame_values_inplace(p):
+    """A write through the block's NumPy values (``to_numpy`` gives the data itself)."""
+    p.to_numpy()[...] = -1.0
+    return p
+
+
+def xarray_inplace(b):
+    """In-place changes of an xarray block: arithmetic, then the values array."""
+    b *= 2
+    b.values[...] = -1.0
+    return b
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_an_in_place_f_on_a_frame_leaves_the_shares_intact(c, s, *workers):
+    """The dataframe adapter wraps each share in a new frame: pandas' in-place operations
+    change f's copy only (copy on write), a write through its values is refused; either
+    way a later map reads the shares unchanged. (``meta=``: f runs on the workers only,
+    never on the client's mock block.)"""
+    X, _ = data(rows=8)
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    coded = await dask_bacc.encode(df, code="repetition", n_blocks=2, n_coded=4, client=c)
+    expected = df * 2
+    expected.iloc[[0, 4], 0] = 1e6  # the first row of each block
+    out = await coded.map(frame_arithmetic_inplace, wait=4, meta=df.iloc[:0])
+    pd.testing.assert_frame_equal(out, expected)
+    with pytest.raises(ValueError, match="read-only"):
+        await coded.map(frame_values_inplace, wait=4, meta=df.iloc[:0])
+    pd.testing.assert_frame_equal(await coded.map(lambda p: p + 1, wait=4), df + 1)
+    np.testing.assert_array_equal(df.to_numpy(), X)
+    coded.release()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_an_in_place_f_on_xarray_raises_and_leaves_the_shares_intact(c, s, *workers):
+    """Before: the xarray adapter handed f a DataArray over the share itself, and the next
+    map of an exact code decoded the doubled share."""
+    X, _ = data(rows=8)
+    arr = xr.DataArray(X, dims=("t", "x"), coords={"t": np.arange(len(X))}, name="v")
+    coded = await dask_bacc.encode(arr, code="repetition", n_blocks=2, dim="t", client=c)
+    with pytest.raises(ValueError, match="read-only"):
+        await coded.map(xarray_inplace)
+    xr.testing.assert_identical(await coded.map(lambda b: b + 1), arr + 1)
+    coded.release()
+
+
+# -- issue 24 item 7: release() cancels the held stragglers ----------------------------------
+async def _until_no_bacc_tasks_or_hold(s):
+    """No bacc- task on the scheduler, and the job's hold of its stragglers has let go (a
+    failure bound only: gen_cluster's own checks would time out as well)."""
+    await assert_no_bacc_tasks(s, timeout=10)
+    await until(lambda: not job_module._running, "the jobs' holds to let go", deadline=10)
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_release_cancels_the_held_stragglers(c, s, *workers):
+    """Before: the eval of a straggler still running f after its call ended stayed on the
+    scheduler (with its share, a dependency) until f returned: forever for a frozen one."""
+    X, W = data(rows=8)
+    coded = await dask_bacc.encode(X, n_coded=4, n_blocks=2, client=c)
+    gate = await gate_stragglers(indices=[0], interruptible=False, client=c)
+    job = await coded.submit(model, W, wait=3)
+    await job
+    await job._task  # the clean-up: the straggler is held
+    assert 0 in job.report.straggled
+    assert job.workers[0] in coded._held
+    assert any(job.token in str(k) for k in s.tasks)
+    coded.release()  # not awaited, as a synchronous client's caller would not
+    await _until_no_bacc_tasks_or_hold(s)
+    assert not coded._held
+    # the straggler's thread still runs f (nothing can stop it): only the tasks are gone
+    assert sum((await c.run(stale_evals)).values()) == 1
+    assert await coded.release() is None  # a second one: nothing left, still awaitable
+    await gate.release()
+    await idle(workers)
+    await gate.clear()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_a_call_ending_after_release_drops_its_stragglers(c, s, *workers):
+    """release() while a call runs: the call ends normally, and its straggler, held by no
+    CodedData any more, is cancelled at once instead of held."""
+    X, W = data(rows=8)
+    coded = await dask_bacc.encode(X, code="repetition", n_coded=4, n_blocks=2, client=c)
+    frozen = await gate_stragglers(indices=[0], interruptible=False, client=c)
+    late = await gate_stragglers(indices=[1, 2, 3], client=c)  # the call cannot end yet
+    job = await coded.submit(model, W, wait=2)
+    coded.release()  # not awaited: nothing was held yet
+    await late.release()
+    np.testing.assert_array_equal(await job, model(X, W))
+    await job._task
+    assert 0 in job.report.straggled
+    await _until_no_bacc_tasks_or_hold(s)
+    assert sum((await c.run(stale_evals)).values()) == 1  # still frozen in f
+    await frozen.release()
+    await idle(workers)
+    await frozen.clear()
+    await late.clear()

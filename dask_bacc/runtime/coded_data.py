@@ -20,11 +20,12 @@ whose eval tasks read the shares where they already are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -53,7 +54,7 @@ from .submit import (
     plan_job,
 )
 from .wait import FirstK, WaitPolicy, resolve_wait
-from .worker import encode_task, hold
+from .worker import encode_share, hold_share
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -97,20 +98,24 @@ class CodedData:
 
     async def _launch(self) -> None:
         """The N share tasks, in one graph, each placed on its worker (loosely: a share
-        lost with its worker is recomputed elsewhere from its spec or the input chunks)."""
+        lost with its worker is recomputed elsewhere from its spec or the input chunks).
+
+        Each share is read-only (:func:`~.worker.read_only`): every call's eval reads the
+        same object, so an ``f`` that changed its block in place would corrupt every later
+        call's answer; it raises instead."""
         code = self.code
         recipes: list[tuple[Callable[..., Any], tuple[Any, ...]]]
         if self.blocks.local:
             coded = code.shares(self.blocks.stacked())
             check_encoded(coded)
-            recipes = [(hold, (coded[i],)) for i in range(code.N)]
+            recipes = [(hold_share, (coded[i],)) for i in range(code.N)]
         else:
             self._chunks = await self.blocks.to_futures(self.client)
             E = code.encoding_matrix()
             recipes = []
             for i in range(code.N):
                 nz = np.flatnonzero(E[i])
-                recipes.append((encode_task, (E[i, nz], *[self._chunks[j] for j in nz])))
+                recipes.append((encode_share, (E[i, nz], *[self._chunks[j] for j in nz])))
         specs = [
             TaskSpec(keys.share_key(self.token, i), fn, args, [self.workers[i]], loose=True)
             for i, (fn, args) in enumerate(recipes)
@@ -354,15 +359,41 @@ class CodedData:
             if share.status == "error":
                 share.result()  # raises the encoding error
 
-    def release(self) -> None:
-        """Free the shares (and the input chunks kept as their lineage) on the cluster."""
+    def release(self) -> Any:
+        """Free the shares (and the input chunks kept as their lineage) on the cluster, and
+        cancel the stragglers of earlier calls that still run ``func``.
+
+        Those stragglers are held while the CodedData lives (so that the scheduler still
+        sees their workers busy, and each call reroutes around them); once it is released
+        nothing will run there again, and a held eval would keep its share, a ``bacc-``
+        task, on the scheduler until ``func`` returns (never, for a frozen worker). Their
+        threads run on until ``func`` returns (Python cannot stop them), their results
+        dropped. A call still running finishes; its stragglers are cancelled as it ends.
+
+        Returns
+        -------
+        None or awaitable
+            With an asynchronous client, a task that ends once the scheduler has cancelled
+            the stragglers (awaiting it is optional); None otherwise, once it has.
+        """
         if self._released:
-            return
+            return _run(self.client, _nothing)
         self._released = True
         futures = self.shares + self._chunks
         self.shares, self._chunks = [], []
         for f in futures:
             _dist.release(f)
+        held = [f for running in self._held.values() for _, f in running]
+        self._held.clear()
+        return _run(self.client, _cancel_held, self.client, held)
+
+    def _cancel_late(self, running: list[Future[Any]]) -> None:
+        """Cancel the stragglers of a call that ended after :meth:`release` (called by its
+        launch policy, on the client's loop, where a synchronous wait would block it)."""
+        if running:
+            task = asyncio.ensure_future(_cancel_held(self.client, running))
+            _releasing.add(task)
+            task.add_done_callback(_releasing.discard)
 
     def __enter__(self) -> CodedData:
         return self
@@ -381,6 +412,37 @@ class CodedData:
             f"<CodedData {self.code.name} K={self.code.K} N={self.code.N} "
             f"{self.blocks.kind} {state} token={self.token}>"
         )
+
+
+#: release() tasks of asynchronous clients, kept until they end (the loop holds tasks weakly)
+_releasing: set[asyncio.Task[None]] = set()
+
+
+async def _cancel_held(client: Client, held: list[Future[Any]]) -> None:
+    """Cancel the held stragglers that still run (one scheduler round trip, best effort:
+    a worker or scheduler gone takes its tasks with it). The job's hold of each
+    (``job._drop_when_done``) sees them cancelled and lets go at its next poll."""
+    running = [f for f in held if f.status == "pending"]
+    if running:
+        with contextlib.suppress(Exception):
+            await _dist.cancel(client, running, reason="bacc: CodedData released")
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _run(client: Client, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> Any:
+    """``func(*args)`` on the client's loop: waited for with a synchronous client; with
+    an asynchronous one, started as a task and returned (awaiting it is optional, and an
+    unawaited task, unlike a coroutine, warns about nothing)."""
+    if not client.asynchronous:
+        _dist.sync(client, func, *args)
+        return None
+    task = asyncio.ensure_future(func(*args))
+    _releasing.add(task)
+    task.add_done_callback(_releasing.discard)
+    return task
 
 
 def encode(

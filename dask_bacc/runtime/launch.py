@@ -87,6 +87,12 @@ class SharedLaunch(Launch):
         return [job.eval_spec(i, self.data.shares[i], call) for i in range(job.code.N)]
 
     def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
+        if self.data._released:
+            # released while this call ran: no next call to reroute, and a held eval would
+            # keep its share on the scheduler until func returns; cancelled as release()
+            # cancels the others (the job's hold then lets go of them)
+            self.data._cancel_late(list(running.values()))
+            return
         # the next call reroutes around them (CodedData._placement), with no message
         for i, fut in running.items():
             self.data._held.setdefault(job.workers[i], []).append((job._start, fut))

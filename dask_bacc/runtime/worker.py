@@ -63,16 +63,19 @@ __all__ = [
     "decoded_block",
     "decoded_info",
     "encode_eval_task",
+    "encode_share",
     "encode_task",
     "eval_hooks",
     "eval_task",
     "hold",
+    "hold_share",
     "is_done",
     "majority",
     "mark_done",
     "matmul_tiled",
     "picked_dtype",
     "picks",
+    "read_only",
     "sketch_task",
     "stack_decode_task",
     "state",
@@ -282,6 +285,74 @@ def stale_evals(min_age: float = 0.0, dask_worker: Worker | None = None) -> int:
 def hold(value: T) -> T:
     """A task that holds ``value`` (in its spec, so it is recomputable)."""
     return value
+
+
+def read_only(share: Share) -> Share:
+    """``share`` as a read-only view (a NumPy scalar, immutable already, as it is).
+
+    A view, not a copy: no memory, and the array it views (an input chunk, an in-memory
+    client array on an in-process cluster) keeps its own flag. distributed ships the flag
+    with the array (``distributed.protocol.numpy``), so a copy sent to another worker for
+    a rerouted eval, or spilled and read back, stays read-only too.
+
+    Parameters
+    ----------
+    share : numpy.ndarray or numpy.generic
+        A coded share.
+
+    Returns
+    -------
+    numpy.ndarray or numpy.generic
+        A view of ``share`` that raises ``ValueError`` ("assignment destination is
+        read-only") on any write.
+    """
+    if not isinstance(share, np.ndarray):
+        return share
+    view = share.view()
+    view.flags.writeable = False
+    return view
+
+
+def hold_share(share: Share) -> Share:
+    """The task of a ``CodedData`` share of in-memory data: :func:`hold` of ``share`` (in
+    its spec, so it is recomputable), :func:`read_only`.
+
+    Every call of ``CodedData.map`` reads the same share object: an ``f`` that changed
+    its block in place would change the shares of every later call (and, on an in-process
+    cluster, the caller's array), so the share refuses writes and such an ``f`` raises.
+
+    Parameters
+    ----------
+    share : numpy.ndarray or numpy.generic
+        The coded share, encoded on the client.
+
+    Returns
+    -------
+    numpy.ndarray or numpy.generic
+        A read-only view of ``share``.
+    """
+    return read_only(share)
+
+
+def encode_share(weights: FloatArray, *chunks: NDArray[Any]) -> Share:
+    """The task of a ``CodedData`` share of data on the cluster: :func:`encode_task`,
+    :func:`read_only` (as :func:`hold_share`; a share that is a copy of one chunk is that
+    chunk itself, which an in-place ``f`` would otherwise change for every share copying
+    it).
+
+    Parameters
+    ----------
+    weights : numpy.ndarray
+        The nonzero weights of the share's row of the encoding matrix.
+    *chunks : numpy.ndarray
+        The input chunks those weights mix.
+
+    Returns
+    -------
+    numpy.ndarray or numpy.generic
+        The share, read-only.
+    """
+    return read_only(encode_task(weights, *chunks))
 
 
 # -- eval hooks: the extension point after func ---------------------------------------------
