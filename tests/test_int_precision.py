@@ -92,17 +92,16 @@ async def test_encode_of_a_mixed_frame_beyond_2_53_is_refused(c, s, *workers):
 async def test_xarray_int_variable_beyond_2_53_beside_floats_is_refused(
     c, s, *workers, code, chunked
 ):
-    ds = mixed_dataset()
-    options = {"n_blocks": 2}
-    if chunked:
-        ds, options = ds.chunk({"x": 4}), {}
+    """In memory: refused before submission. Dask-backed: the block task that builds a
+    chunk's flat array refuses it on the cluster, and the job raises that ValueError."""
     if not chunked:
         with pytest.raises(ValueError, match=r"'i' \(int64\).*2\*\*53.*astype"):
             await dask_bacc.submit_coded(
-                identity, ds, n_coded=4, wait=4, code=code, client=c, **options
+                identity, mixed_dataset(), n_blocks=2, n_coded=4, wait=4, code=code, client=c
             )
         assert not s.tasks
         return
+    ds = mixed_dataset().chunk({"x": 4})
     job = await dask_bacc.submit_coded(identity, ds, n_coded=4, wait=4, code=code, client=c)
     with pytest.raises(ValueError, match=r"'i' \(int64\).*2\*\*53"):
         await job
