@@ -219,3 +219,57 @@ async def test_lagrange_job_refuses_integers_beyond_2_53(c, s, *workers, kind):
                 shift, data, n_coded=4, wait=4, code="lagrange", client=c, **options
             )
     assert not s.tasks
+
+
+@pytest.mark.parametrize("kind", ["dask-array", "dask-frame", "encode"])
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_lagrange_refuses_integers_beyond_2_53_encoded_on_the_cluster(c, s, *workers, kind):
+    """Data on the cluster is encoded by the workers (no LagrangeCode.encode on the
+    client): the dask array case returned integers off by up to 1, labelled exact."""
+    import dask.array as da
+
+    def shift(b):
+        return b - 2**60
+
+    data = {
+        "dask-array": da.from_array(X, chunks=4),
+        "dask-frame": dd.from_pandas(pd.DataFrame({"i": X, "j": X + 1}), npartitions=2),
+        "encode": da.from_array(X, chunks=4),
+    }[kind]
+    with pytest.raises(ValueError, match=r"int64.*2\*\*53"):
+        if kind == "encode":
+            coded = await dask_bacc.encode(data, n_coded=4, code="lagrange", client=c)
+            try:
+                await coded.map(shift, wait=4)
+            finally:
+                coded.release()
+        else:
+            job = await dask_bacc.submit_coded(
+                shift, data, n_coded=4, wait=4, code="lagrange", client=c
+            )
+            await job
+
+
+def big_output(b):
+    """Integers beyond 2**53 from data within it (not a polynomial: Lagrange mixes)."""
+    return (np.asarray(b) > 3).astype(np.int64) + 2**60
+
+
+@pytest.mark.parametrize("limit", ["1 GiB", 0])  # client decode, cluster decode
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_an_exact_decode_that_would_round_integer_results_is_refused(c, s, *workers, limit):
+    """Lagrange's decode mixes f's int64 results beyond 2**53 in float64: the answer came
+    back rounded (as floats 1.1529215046068468e+18), labelled exact. Found by the fuzz."""
+    import dask
+
+    data = np.arange(8, dtype=np.int64)
+    with dask.config.set({"bacc.client-decode-limit": limit}):
+        with pytest.raises(ValueError, match=r"integers beyond 2\*\*53 .* labelled exact"):
+            await dask_bacc.map_coded(
+                big_output, data, n_blocks=2, n_coded=4, wait=4, code="lagrange", client=c
+            )
+        # a decode that selects results keeps every digit
+        out = await dask_bacc.map_coded(
+            big_output, data, n_blocks=2, n_coded=4, code="repetition", client=c
+        )
+    assert out.dtype == np.int64 and ints(out) == ints(big_output(data))

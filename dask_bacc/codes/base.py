@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from ..exceptions import InsufficientResults, InvalidInput
 from ._types import Blocks, CodeConfig, FloatArray, IndexArray, IntArray, Returned
@@ -17,6 +17,7 @@ __all__ = [
     "Code",
     "InterpolatingCode",
     "as_returned",
+    "beyond_float64",
     "contract",
     "decode_residual",
     "refuse_rounded_integers",
@@ -30,9 +31,23 @@ __all__ = [
 AMPLIFICATION_LIMIT = 1e6
 
 
-#: float64 holds every integer of magnitude up to 2**53 exactly and rounds some larger ones
-#: (``collections.base`` has the same constant: codes/ does not import collections/).
+#: float64 holds every integer of magnitude up to 2**53 exactly (its 53-bit significand)
+#: and rounds some larger ones
 FLOAT64_INTEGER_LIMIT = 2**53
+
+
+def beyond_float64(values: ArrayLike) -> int | None:
+    """The largest magnitude in integer ``values`` when it exceeds 2**53 (float64 would
+    round some of them), else None (float data, or integers float64 holds exactly).
+
+    Only 64-bit integers can exceed it: smaller integer dtypes always fit.
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu" or arr.dtype.itemsize < 8 or arr.size == 0:
+        return None
+    # Python ints: -int64.min and uint64.max do not fit in the array's own dtype
+    top = max(int(arr.max()), -int(arr.min()))
+    return top if top > FLOAT64_INTEGER_LIMIT else None
 
 
 def refuse_rounded_integers(blocks: NDArray[Any], code: str) -> None:
@@ -45,10 +60,8 @@ def refuse_rounded_integers(blocks: NDArray[Any], code: str) -> None:
     job reports that exception as a plain ``ValueError``.
     """
     arr = np.asarray(blocks)
-    if arr.dtype.kind not in "iu" or arr.dtype.itemsize < 8 or arr.size == 0:
-        return  # float data, or integers float64 always holds
-    top = max(int(arr.max()), -int(arr.min()))  # Python ints: no overflow at the extremes
-    if top <= FLOAT64_INTEGER_LIMIT:
+    top = beyond_float64(arr)
+    if top is None:
         return
     raise InvalidInput(
         f"the data has dtype {arr.dtype} with integers beyond 2**53 (up to {top}): the "

@@ -39,7 +39,7 @@ from ._dist import default_client
 from .auto import AUTO, AUTO_CODES, NoSetting, expected_latency
 from .graph import TaskSpec, submit_graph
 from .job import CodedJob
-from .launch import SharedLaunch, check_encoded
+from .launch import SharedLaunch, check_encoded, mixes_exactly
 from .placement import choose_workers
 from .submit import (
     _adapt,
@@ -53,7 +53,7 @@ from .submit import (
     learn_calibration,
     plan_job,
 )
-from .wait import FirstK, WaitPolicy, resolve_wait
+from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
 from .worker import encode_share, hold_share
 
 if TYPE_CHECKING:
@@ -115,7 +115,8 @@ class CodedData:
             recipes = []
             for i in range(code.N):
                 nz = np.flatnonzero(E[i])
-                recipes.append((encode_share, (E[i, nz], *[self._chunks[j] for j in nz])))
+                chunks = [self._chunks[j] for j in nz]
+                recipes.append((encode_share, (E[i, nz], chunks, mixes_exactly(code))))
         specs = [
             TaskSpec(keys.share_key(self.token, i), fn, args, [self.workers[i]], loose=True)
             for i, (fn, args) in enumerate(recipes)
@@ -197,8 +198,7 @@ class CodedData:
         auto = wait == AUTO
         budget = check_error_budget(error, auto)
         policy = None if auto else resolve_wait(wait, self.code)
-        if timeout is None:
-            timeout = config.get("timeout")
+        timeout = resolve_timeout(timeout)
         blocks = self.blocks
         if meta is not None:
             if not hasattr(blocks, "meta"):

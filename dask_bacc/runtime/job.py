@@ -71,6 +71,7 @@ from .worker import (
     eval_task,
     hold,
     majority,
+    mixed_beyond_float64,
     picked_dtype,
     picks,
     spec_of,
@@ -863,6 +864,20 @@ class CodedJob:
             )
         return bool(odd)
 
+    def _refuse_rounding(self, top: int | None) -> None:
+        """An exact code's decode mixed f's integer results beyond 2**53 (up to ``top``)
+        in float64: the answer would be rounded under an exact label (Lagrange). Refused
+        with a ``ValueError``; an approximate code's answer is approximate anyway, and a
+        transform's is float, exact up to rounding as documented."""
+        if top is None or not self.code.exact or self.transform is not None:
+            return
+        raise ValueError(
+            f"func returned integers beyond 2**53 (up to {top}) and {self.code!r} decodes "
+            "them by float64 arithmetic, which rounds them, while its answer is labelled "
+            "exact. Return floats if float64 precision is enough, or use code='repetition' "
+            "(its decode selects results, keeping every digit)."
+        )
+
     async def _decode_here(self, used: list[int]) -> Any:
         """One gather of the used results and one matrix product on the client."""
         await self.gather_values(used)
@@ -881,6 +896,7 @@ class CodedJob:
         if cols is not None:  # exact copies: selected, their dtype and digits kept
             decoded = np.stack([self._values[used[c]] for c in cols])
         else:
+            self._refuse_rounding(mixed_beyond_float64([self._values[i] for i in used]))
             decoded = contract(D, stacked)  # code.decode, with the matrix already built
         self.quality.residual = decode_residual(self.code, stacked, used)
         if self.transform is not None:
@@ -931,20 +947,48 @@ class CodedJob:
         if info is _NOTHING:
             await self._drop_stage()
             return _NOTHING
-        self._stage = []
+        self._refuse_rounding(info.get("rounded"))
         self.quality.add_sketches(used, info.get("sketches"))
         self.quality.residual = info.get("residual")
         shape, dtype = tuple(info["shape"]), info["dtype"]
         out_dtype = self._out_dtype(dtype, picks(D) is not None and self.transform is None)
         if self.blocks.gather_output:
-            values = await _dist.gather(self.client, blocks)
+            values = await self._gather_from(blocks, near[0])
+            if values is None:  # the decode's worker left with the blocks: decode again
+                await self._check_workers()
+                await self._drop_stage()
+                return _NOTHING
+            self._stage = []
             return self.blocks.assemble(
                 [np.asarray(v).astype(out_dtype, copy=False) for v in values],
                 shape,
                 out_dtype,
                 self.combine,
             )
+        self._stage = []
         return self.blocks.assemble(blocks, shape, out_dtype, self.combine)
+
+    async def _gather_from(self, futures: list[Future[Any]], where: str) -> list[Any] | None:
+        """Gather ``futures``, computed on worker ``where``; None once that worker left.
+
+        Bounded: were the worker to leave, the scheduler would recompute the decode from
+        coded results pinned strictly to their workers, one of them the departed worker
+        (the decode runs next to its first result), and a plain gather would wait for
+        ever.
+        """
+        poll = min(config.seconds("poll-interval"), 0.25)
+        gather = asyncio.ensure_future(_dist.gather(self.client, futures))
+        while True:
+            done, _ = await asyncio.wait({gather}, timeout=poll)
+            if done:
+                with contextlib.suppress(Exception, FutureCancelledError):
+                    return list(gather.result())
+                return None  # lost mid-transfer, or cancelled by the scheduler
+            if where not in set(await _dist.running_workers(self.client)):
+                gather.cancel()
+                with contextlib.suppress(BaseException):
+                    await gather
+                return None
 
     async def _await_stage(
         self, info_fut: Future[Any], used: list[int]

@@ -27,11 +27,19 @@ from .worker import Share, encode_eval_task
 if TYPE_CHECKING:
     from distributed import Future
 
+    from ..codes import Code
     from .coded_data import CodedData
     from .job import CallArg, CodedJob
     from .speculative import Speculation
 
-__all__ = ["CodedLaunch", "Launch", "SharedLaunch", "SpeculativeLaunch", "plan_backups"]
+__all__ = [
+    "CodedLaunch",
+    "Launch",
+    "SharedLaunch",
+    "SpeculativeLaunch",
+    "mixes_exactly",
+    "plan_backups",
+]
 
 
 class Launch:
@@ -64,11 +72,26 @@ class CodedLaunch(Launch):
         specs = []
         for i in range(code.N):
             nz = np.flatnonzero(E[i])
-            args = (job.token, i, job.seq, job.func, E[i, nz], [chunks[j] for j in nz], call)
+            args = (
+                job.token,
+                i,
+                job.seq,
+                job.func,
+                E[i, nz],
+                [chunks[j] for j in nz],
+                call,
+                mixes_exactly(code),
+            )
             specs.append(
                 TaskSpec(keys.eval_key(job.token, i), encode_eval_task, args, [job.workers[i]])
             )
         return specs
+
+
+def mixes_exactly(code: Code) -> str | None:
+    """The name of ``code`` if it is exact while its shares mix blocks in float64
+    (Lagrange: integers beyond 2**53 must be refused where they are encoded), else None."""
+    return code.name if code.exact and not code.keeps_dtype else None
 
 
 def check_encoded(shares: list[NDArray[Any]]) -> None:

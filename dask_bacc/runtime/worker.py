@@ -34,7 +34,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from numpy.typing import ArrayLike, NDArray
 
 from .. import config
-from ..codes.base import unit_rows
+from ..codes.base import beyond_float64, refuse_rounded_integers, unit_rows
 from ..exceptions import InvalidInput, InvalidResult, OutsideTransform
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ __all__ = [
     "majority",
     "mark_done",
     "matmul_tiled",
+    "mixed_beyond_float64",
     "picked_dtype",
     "picks",
     "read_only",
@@ -308,7 +309,7 @@ def read_only(share: Share) -> Share:
     """
     if not isinstance(share, np.ndarray):
         return share
-    view = share.view()
+    view: NDArray[Any] = share.view()
     view.flags.writeable = False
     return view
 
@@ -334,7 +335,9 @@ def hold_share(share: Share) -> Share:
     return read_only(share)
 
 
-def encode_share(weights: FloatArray, *chunks: NDArray[Any]) -> Share:
+def encode_share(
+    weights: FloatArray, chunks: list[NDArray[Any]], exact: str | None = None
+) -> Share:
     """The task of a ``CodedData`` share of data on the cluster: :func:`encode_task`,
     :func:`read_only` (as :func:`hold_share`; a share that is a copy of one chunk is that
     chunk itself, which an in-place ``f`` would otherwise change for every share copying
@@ -344,15 +347,17 @@ def encode_share(weights: FloatArray, *chunks: NDArray[Any]) -> Share:
     ----------
     weights : numpy.ndarray
         The nonzero weights of the share's row of the encoding matrix.
-    *chunks : numpy.ndarray
+    chunks : list of numpy.ndarray
         The input chunks those weights mix.
+    exact : str, optional
+        As in :func:`encode_task`.
 
     Returns
     -------
     numpy.ndarray or numpy.generic
         The share, read-only.
     """
-    return read_only(encode_task(weights, *chunks))
+    return read_only(encode_task(weights, *chunks, exact=exact))
 
 
 # -- eval hooks: the extension point after func ---------------------------------------------
@@ -478,12 +483,19 @@ def weighted_sum(
     return out
 
 
-def encode_task(weights: FloatArray, *chunks: NDArray[Any]) -> Share:
-    """One coded share: ``sum_j weights[j] * chunks[j]`` (only nonzero weights are passed)."""
+def encode_task(weights: FloatArray, *chunks: NDArray[Any], exact: str | None = None) -> Share:
+    """One coded share: ``sum_j weights[j] * chunks[j]`` (only nonzero weights are passed).
+
+    ``exact`` names an exact code whose shares mix blocks (Lagrange): 64-bit integer
+    chunks beyond 2**53, which the float64 mix would round under an exact label, are
+    refused (``InvalidInput``, the job's ``ValueError``)."""
     share: Share
     if len(chunks) == 1 and weights[0] == 1.0:
         share = np.asarray(chunks[0])  # a copy of X_j: keep its dtype, no arithmetic
     else:
+        if exact is not None:
+            for chunk in chunks:
+                refuse_rounded_integers(chunk, exact)
         share = weighted_sum(weights, chunks)
     if share.dtype.kind not in "biuf":
         raise InvalidInput(f"input chunks must be real numeric, got dtype {share.dtype}")
@@ -557,12 +569,15 @@ def encode_eval_task(
     weights: FloatArray,
     chunks: list[NDArray[Any]],
     call: tuple[tuple[Any, ...], dict[str, Any]],
+    exact: str | None = None,
 ) -> NDArray[Any] | EvalFailure | None:
-    """Encode share ``index`` from the input chunks it mixes, then :func:`eval_task` on it
-    (data on the cluster: one task per coded share, no separate encode task)."""
+    """Encode share ``index`` from the input chunks it mixes (``exact``: as in
+    :func:`encode_task`), then :func:`eval_task` on it (data on the cluster: one task per
+    coded share, no separate encode task)."""
     if state().is_done(token):
         return None
-    return eval_task(token, index, seq, func, encode_task(weights, *chunks), call)
+    share = encode_task(weights, *chunks, exact=exact)
+    return eval_task(token, index, seq, func, share, call)
 
 
 @dataclass
@@ -716,6 +731,9 @@ class DecodedInfo(TypedDict):
     dtype: str
     sketches: list[FloatArray] | None
     residual: float | None
+    #: the largest magnitude of integer results beyond 2**53 the decode mixed (rounding
+    #: them in float64), else None
+    rounded: int | None
 
 
 @dataclass
@@ -758,9 +776,11 @@ def stack_decode_task(
     dtype = picked_dtype(cols, [s[1] for s in specs])
     if transform is not None:
         cols = None  # the inverse map needs the decode in float
+    rounded = None
     if cols is not None:  # exact copies: selected, their dtype and digits kept
         blocks = np.stack([np.asarray(results[c]) for c in cols]).astype(dtype, copy=False)
     else:
+        rounded = mixed_beyond_float64(results)
         blocks = matmul_tiled(D, results)
         if transform is not None:
             blocks = transform.inverse(blocks)
@@ -771,7 +791,8 @@ def stack_decode_task(
         sketches = [sketch_of(r, sketch[0], sketch[1], transform) for r in results]
     residual = None
     if check is not None:
-        total = math.sqrt(sum(float(np.vdot(r, r).real) for r in map(np.asarray, results)))
+        # norms in float: a vdot of int64 results beyond 2**31 overflows
+        total = math.hypot(*(float(np.linalg.norm(r)) for r in results))
         off = float(np.linalg.norm(matmul_tiled(check, results)))
         residual = off / total if total else 0.0
     info: DecodedInfo = {
@@ -779,8 +800,16 @@ def stack_decode_task(
         "dtype": dtype.str,
         "sketches": sketches,
         "residual": residual,
+        "rounded": rounded,
     }
     return Decoded(blocks, info)
+
+
+def mixed_beyond_float64(results: Sequence[ArrayLike]) -> int | None:
+    """The largest magnitude of 64-bit integer ``results`` beyond 2**53, which a decode by
+    arithmetic rounds (float64), else None."""
+    tops = [t for t in map(beyond_float64, results) if t is not None]
+    return max(tops) if tops else None
 
 
 def decoded_block(decoded: Decoded, j: int) -> NDArray[Any]:
