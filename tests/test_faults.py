@@ -199,3 +199,44 @@ async def test_worker_lost_while_its_result_is_screened(c, s, *workers):
     block.release()
     await gate.clear()
     await assert_no_bacc_tasks(s)
+
+
+# -- 4. the decode's worker lost while the client gathers the decoded blocks ---------------
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=EIGHT, config=NO_STEALING, timeout=60)
+async def test_worker_lost_while_the_decoded_blocks_are_gathered(c, s, *workers, monkeypatch):
+    """Issue 24 ("every wait bounded"): the decoded blocks of a cluster decode sit on the
+    decode's worker, next to its first used result. That worker leaves as the client
+    gathers them: the scheduler would recompute the decode from results pinned strictly
+    to their workers, the departed one among them, and the gather waited for ever. The
+    job must notice, decode again from the 7 results left, and return that decode."""
+    from dask_bacc.runtime import job as job_module
+
+    real_gather = job_module._dist.gather
+    victims: list[str] = []
+
+    async def gather_after_a_loss(client, futures, errors="raise"):
+        keys = [f.key for f in futures] if isinstance(futures, list) else []
+        if not victims and keys and str(keys[0][0]).startswith("bacc-decode"):
+            ts = s.tasks[keys[0]]
+            await until(lambda: ts.state == "memory", "the first decoded block")
+            (address,) = {ws.address for ws in ts.who_has or ()}
+            victims.append(address)
+            await worker_of(workers, address).close(executor_wait=False)
+            await until(lambda: address not in s.workers, "the scheduler to drop the worker")
+        return await real_gather(client, futures, errors)
+
+    monkeypatch.setattr(job_module._dist, "gather", gather_after_a_loss)
+    X = np.random.default_rng(23).standard_normal((16, 2))
+    with dask.config.set({"bacc.client-decode-limit": 0}):
+        job = await dask_bacc.submit_coded(
+            np.tanh, X, n_blocks=4, n_coded=8, wait=8, code="berrut", client=c
+        )
+        assert not job.decode_here
+        out = await asyncio.wait_for(job, 30)
+    (victim,) = victims
+    lost = {i for i, a in enumerate(job.report.workers) if a == victim}
+    rep = job.report
+    assert lost and sorted(rep.returned) == sorted(set(range(8)) - lost)
+    assert_decodes_reference(out, rep, np.tanh, X)
+    await assert_no_bacc_tasks(s)
