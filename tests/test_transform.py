@@ -211,3 +211,31 @@ async def test_unmet_until_target_warns(c, s, *workers):
     assert job.report.trigger == "all"
     ours = [w for w in caught if issubclass(w.category, dask_bacc.ApproximationWarning)]
     assert len(ours) == 1 and "until(error=1e-09) was not met" in str(ours[0].message)
+
+
+@pytest.mark.parametrize("name", ["log", "log-probabilities"])
+def test_the_presets_closed_form_check_is_the_round_trip(name):
+    """Issue 24 item 1: a preset refuses exactly the values its inverse does not give back
+    (checked in closed form, as it is cheaper than the round trip itself)."""
+    tr = get_transform(name)
+    generic = Transform(tr._forward, tr._inverse, "round-trip")
+    rng = np.random.default_rng(5)
+    tiny = np.finfo(np.float64).tiny
+    cases = [
+        probs(X[:8]),  # probabilities
+        probs(X[:8]) * (1 + 1e-6),  # rows off by 1e-6
+        np.where(probs(X[:8]) < 0.05, 0.0, probs(X[:8])),  # zeros (rows no longer sum to 1)
+        np.abs(rng.standard_normal((8, 5))),
+        rng.standard_normal((8, 5)),  # negative values
+        np.full((2, 3), tiny / 4),  # subnormal
+        np.array([[0.25, 0.75, 0.0]]),  # an exact zero in a probability row
+    ]
+    for y in cases:
+        refused = []
+        for t in (tr, generic):
+            try:
+                t.checked_forward(y)
+                refused.append(False)
+            except dask_bacc.exceptions.OutsideTransform:
+                refused.append(True)
+        assert refused[0] == refused[1], (name, y)
