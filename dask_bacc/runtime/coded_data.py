@@ -66,7 +66,8 @@ class CodedData:
     """N coded shares of K data blocks, held in cluster memory (made by :func:`encode`).
 
     Use :meth:`map` (or :meth:`submit`) to run a function on the shares, :meth:`release`
-    (or a ``with`` block) to free them.
+    (or a ``with`` block) to free them. The shares are read-only: a function that changes
+    its block in place raises ``ValueError`` instead of changing them for later calls.
 
     Attributes
     ----------
@@ -385,6 +386,8 @@ class CodedData:
             _dist.release(f)
         held = [f for running in self._held.values() for _, f in running]
         self._held.clear()
+        if not held:
+            return _run(self.client, _nothing)
         return _run(self.client, _cancel_held, self.client, held)
 
     def _cancel_late(self, running: list[Future[Any]]) -> None:
@@ -437,7 +440,8 @@ def _run(client: Client, func: Callable[..., Coroutine[Any, Any, None]], *args: 
     an asynchronous one, started as a task and returned (awaiting it is optional, and an
     unawaited task, unlike a coroutine, warns about nothing)."""
     if not client.asynchronous:
-        _dist.sync(client, func, *args)
+        if func is not _nothing:  # no trip to the loop for nothing
+            _dist.sync(client, func, *args)
         return None
     task = asyncio.ensure_future(func(*args))
     _releasing.add(task)

@@ -14,6 +14,13 @@ scheduler goes away and are replaced by new processes; the straggler plugin is i
 again on the new scheduler. Jobs in flight while the scheduler is down may fail with any
 exception (counted by type); they must not hang.
 
+A further thread runs ``CodedData`` rounds on the same cluster (issue 24 item 7):
+``dask_bacc.encode`` (repetition or Berrut, K=2, N=4), three ``map`` calls whose ``f``
+blocks on the worker holding share 0 until the round ends (a straggler still running ``f``
+after its call decoded: held, then rerouted around), and ``release()``; right after the
+release, while that straggler still blocks, no ``bacc-`` task of the round (its shares,
+its calls' evals) may be left on the scheduler.
+
 Checks: no job outlives its ``timeout=`` plus a hard bound; exact answers equal NumPy's;
 approximate answers are finite with an error estimate; exceptions are documented ones
 (``InsufficientResults`` for uncoded and speculative jobs that lost a worker); no
@@ -35,6 +42,7 @@ import random
 import sys
 import threading
 import time
+import uuid
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -43,7 +51,7 @@ import dask
 import numpy as np
 import psutil
 import pytest
-from distributed import Client
+from distributed import Client, Event, get_worker
 
 import dask_bacc
 from dask_bacc.runtime import job as job_module
@@ -91,6 +99,32 @@ CODES = (
     "speculative",
 )
 EXACT = {"repetition", "lagrange", "uncoded", "speculative"}
+
+
+#: CodedData rounds (a thread of their own): codes, calls per round, how long f may block
+#: on the straggler's worker (a safety net: the round sets the event when it ends), and
+#: how long after release() the round's tasks may take to leave the scheduler
+CODED_CODES = ("repetition", "berrut")
+CODED_MAPS = 3
+CODED_HOLD_MAX = 120.0
+RELEASE_BOUND = 10.0
+
+
+def held_tanh(block, slow: str, event: str):
+    """``np.tanh``; on the worker ``slow`` it first blocks until the distributed Event
+    ``event`` is set, as an f that cannot be stopped (it never asks ``cancelled()``)."""
+    if get_worker().address == slow:
+        Event(event).wait(timeout=CODED_HOLD_MAX)
+    return np.tanh(block)
+
+
+def _tasks_of(tokens, dask_scheduler=None) -> list[str]:
+    """On the scheduler: the keys of its tasks named by any of ``tokens``."""
+    return [str(k) for k in dask_scheduler.tasks if any(t in str(k) for t in tokens)]
+
+
+# pickled by value: the workers and the scheduler cannot import this file
+held_tanh.__module__ = _tasks_of.__module__ = "__main__"
 
 
 def allowed(code: str, outcome: str, detail: str) -> bool:
@@ -153,6 +187,10 @@ class Soak:
         self.warnings: Counter = Counter()
         self.plugin_after_restart: list[str] = []
         self.me = psutil.Process()
+        # CodedData rounds: (n, code, outcome, t_start, t_end, detail), as the records
+        self.coded_records: list[tuple] = []
+        self.coded_maps = 0
+        self.coded_held = 0  # rounds whose straggler was still held when released
 
     # -- one job -----------------------------------------------------------------------
     def run_one(self, client: Client, n: int) -> None:
@@ -224,6 +262,57 @@ class Soak:
             before = self.answered
             self.run_one(client, n)
             if self.answered == before:
+                time.sleep(1.0)  # back off after a failure (e.g. while the scheduler is down)
+
+    # -- CodedData rounds ----------------------------------------------------------------
+    def run_coded(self, client: Client, n: int) -> None:
+        """Round ``n``: encode, CODED_MAPS calls with a straggler that keeps running f,
+        release, then no task of the round may be left on the scheduler."""
+        code = CODED_CODES[n % len(CODED_CODES)]
+        rng = np.random.default_rng(10_000 + n)
+        X = np.cos(np.linspace(0.0, 3.0, 16)[:, None] * (1.0 + np.arange(3)) + rng.uniform(0, 6, 3))
+        event = f"bacc-soak-straggler-{uuid.uuid4().hex}"
+        t0 = time.monotonic()
+        outcome, detail = "ok", ""
+        try:
+            coded = dask_bacc.encode(X, code=code, n_blocks=2, n_coded=4, client=client)
+            tokens = [coded.token]
+            for _ in range(CODED_MAPS):
+                job = coded.submit(held_tanh, coded.workers[0], event, wait=3, timeout=TIMEOUT)
+                tokens.append(job.token)
+                out = np.asarray(job.result(timeout=TIMEOUT + HARD))
+                self.coded_maps += 1
+                if code in EXACT and not np.allclose(out, np.tanh(X)):
+                    outcome, detail = (
+                        "wrong",
+                        f"max abs error {np.max(np.abs(out - np.tanh(X))):.3g}",
+                    )
+                elif not np.all(np.isfinite(out)):
+                    outcome, detail = "bad-approx", "non-finite values"
+            self.coded_held += bool(coded._held)
+            coded.release()
+            # the check: the held straggler still blocks in f (its event is not set yet)
+            left = client.run_on_scheduler(_tasks_of, tokens)
+            end = time.monotonic() + RELEASE_BOUND
+            while left and time.monotonic() < end:
+                time.sleep(0.2)
+                left = client.run_on_scheduler(_tasks_of, tokens)
+            if left and outcome == "ok":
+                outcome, detail = "leak", f"{RELEASE_BOUND}s after release(): {left[:4]}"
+        except Exception as exc:
+            outcome, detail = type(exc).__name__, str(exc)[:300]
+        finally:
+            with contextlib.suppress(Exception):
+                Event(event, client=client).set()  # the straggler's f returns
+        with self.lock:
+            self.coded_records.append((n, code, outcome, t0, time.monotonic(), detail))
+
+    def coded_submitter(self, client: Client) -> None:
+        for n in itertools.count():
+            if self.stop.is_set():
+                break
+            self.run_coded(client, n)
+            if self.coded_records[-1][2] != "ok":
                 time.sleep(1.0)  # back off after a failure (e.g. while the scheduler is down)
 
     # -- chaos -------------------------------------------------------------------------
@@ -375,6 +464,9 @@ def test_soak_coded_jobs_under_kills_stragglers_and_a_scheduler_restart(
                 for c in clients
                 for _ in range(settings["threads_per_client"])
             ]
+            threads.append(
+                threading.Thread(target=soak.coded_submitter, args=(clients[1],), daemon=True)
+            )
             for t in threads:
                 t.start()
             soak.controller(settings)
@@ -412,6 +504,10 @@ def test_soak_coded_jobs_under_kills_stragglers_and_a_scheduler_restart(
     assert summary["bad_approximate"] == 0, summary["bad_approx_details"]
     assert summary["unexpected_errors"] == 0, summary["unexpected_details"]
     assert not leaked and not client_futures and loops_left == 0, (leaked[:5], client_futures[:5])
+    coded = summary["coded_data"]
+    assert coded["rounds"] >= 5 and coded["held_at_release"] >= 1, coded
+    assert coded["leaks_after_release"] == 0, coded["details"]
+    assert coded["wrong"] == 0 and coded["unexpected_errors"] == 0, coded["details"]
     for who, bound in (("scheduler", SCHEDULER_SLOPE_MB), ("client", CLIENT_SLOPE_MB)):
         slope = summary[f"{who}_slope_mb_per_1000_jobs"]
         assert slope is not None, f"too few {who} memory samples after warm-up"
@@ -445,6 +541,17 @@ def _summarize(soak, cluster, settings, stuck, leaked, client_futures, loops_lef
                 unexpected.append(rec)
     for entry in stuck:
         hangs.append(("stuck thread", entry))
+    coded_outcomes: Counter = Counter()
+    coded_bad: dict[str, list] = {"leak": [], "wrong": [], "unexpected": []}
+    for rec in soak.coded_records:
+        _, code, outcome, _, _, detail = rec
+        coded_outcomes[outcome] += 1
+        if outcome in ("ok", "bad-approx") or _in_window(rec, soak.windows):
+            continue  # a restart takes the round's tasks with the scheduler
+        if outcome in ("leak", "wrong"):
+            coded_bad[outcome].append(rec)
+        elif not allowed(code, outcome, detail):
+            coded_bad["unexpected"].append(rec)
 
     # memory: the scheduler over the last incarnation after its warm-up (its first 30% of
     # jobs), the client over everything after the first 25% of jobs
@@ -494,6 +601,16 @@ def _summarize(soak, cluster, settings, stuck, leaked, client_futures, loops_lef
         "leaked_bacc_tasks": len(leaked),
         "leaked_client_futures": len(client_futures),
         "job_loops_left": loops_left,
+        "coded_data": {
+            "rounds": len(soak.coded_records),
+            "maps": soak.coded_maps,
+            "held_at_release": soak.coded_held,
+            "outcomes": dict(coded_outcomes),
+            "leaks_after_release": len(coded_bad["leak"]),
+            "wrong": len(coded_bad["wrong"]),
+            "unexpected_errors": len(coded_bad["unexpected"]),
+            "details": rows(coded_bad["leak"] + coded_bad["wrong"] + coded_bad["unexpected"]),
+        },
         "max_job_seconds": round(max(durations), 2) if durations else None,
         "median_job_seconds": round(float(np.median(durations)), 3) if durations else None,
         "approx_actual_error_median": float(np.median(approx[:, 0])) if len(approx) else None,
@@ -544,6 +661,7 @@ def _write(summary: dict) -> None:
         "outcomes_in_restart_window",
         "leaked_bacc_tasks",
         "leaked_client_futures",
+        "coded_data",
         "max_job_seconds",
         "median_job_seconds",
         "scheduler_slope_mb_per_1000_jobs",
