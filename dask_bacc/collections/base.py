@@ -8,11 +8,28 @@ from typing import Any
 
 import numpy as np
 
-from ..codes.base import FLOAT64_INTEGER_LIMIT, beyond_float64
-
 __all__ = ["FLOAT64_INTEGER_LIMIT", "Blocks", "beyond_float64", "check_dtype", "combine_rule"]
 
 COMBINE_CHOICES = ("auto", "concat", "stack")
+
+#: float64 holds every integer of magnitude up to 2**53 exactly (its 53-bit significand)
+#: and rounds some larger ones. ``codes.base`` has the same check: collections/ may not
+#: import codes/ (tests/test_package.py::test_layers_import_one_way).
+FLOAT64_INTEGER_LIMIT = 2**53
+
+
+def beyond_float64(values: Any) -> int | None:
+    """The largest magnitude in integer ``values`` when it exceeds 2**53 (float64 would
+    round some of them), else None (float data, or integers float64 holds exactly).
+
+    Only 64-bit integers can exceed it: smaller integer dtypes always fit.
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu" or arr.dtype.itemsize < 8 or arr.size == 0:
+        return None
+    # Python ints: -int64.min and uint64.max do not fit in the array's own dtype
+    top = max(int(arr.max()), -int(arr.min()))
+    return top if top > FLOAT64_INTEGER_LIMIT else None
 
 
 def rounding_message(
