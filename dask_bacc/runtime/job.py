@@ -981,9 +981,12 @@ class CodedJob:
         while True:
             done, _ = await asyncio.wait({gather}, timeout=poll)
             if done:
-                with contextlib.suppress(Exception, FutureCancelledError):
+                try:
                     return list(gather.result())
-                return None  # lost mid-transfer, or cancelled by the scheduler
+                except (Exception, FutureCancelledError):
+                    if where not in set(await _dist.running_workers(self.client)):
+                        return None  # lost with the worker, mid-transfer: decode again
+                    raise  # any other failure ends the job (a redo would meet it again)
             if where not in set(await _dist.running_workers(self.client)):
                 gather.cancel()
                 with contextlib.suppress(BaseException):
