@@ -84,7 +84,7 @@ class Transform:
 
         Raises
         ------
-        OutsideTransform
+        dask_bacc.exceptions.OutsideTransform
             Some finite values of ``y`` do not come back (outside the transform's domain):
             decoded, they would be altered, even by an exact code. NaN/inf and
             non-numeric results are left to the result check.

@@ -373,7 +373,7 @@ class CodedData:
 
         Returns
         -------
-        None or awaitable
+        None or asyncio.Task
             With an asynchronous client, a task that ends once the scheduler has cancelled
             the stragglers (awaiting it is optional); None otherwise, once it has.
         """
