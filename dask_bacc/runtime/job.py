@@ -21,19 +21,16 @@ as little as it can to that:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import enum
 import itertools
 import logging
 import re
 import time
-import traceback
 import uuid
-import warnings
 import weakref
 from collections import Counter
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
@@ -52,10 +49,11 @@ from ..exceptions import ApproximationWarning, InsufficientResults, InvalidInput
 from . import _dist, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
+from .handle import JobHandle, describe
 from .launch import CodedLaunch, Launch
 from .quality import JobQuality
 from .report import JobReport
-from .wait import WaitPolicy, check_timeout
+from .wait import WaitPolicy
 from .worker import (
     DONE_OP,
     PLUGIN_NAME,
@@ -99,10 +97,6 @@ _worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]]
 )
 # client -> its registration of the worker plugin (which may outlive the job's wait)
 _registering: weakref.WeakKeyDictionary[Client, asyncio.Future[Any]] = weakref.WeakKeyDictionary()
-
-
-def _describe(exc: BaseException | None) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 #: an eval's failure as the scheduler reports a result's type: the class, or its name
@@ -221,7 +215,7 @@ def _dashboard_link(client: Client, token: str) -> str | None:
         return None
 
 
-class CodedJob:
+class CodedJob(JobHandle):
     """A coded map over K blocks running on the cluster (returned by ``submit_coded``).
 
     Use :meth:`result` to wait for the decoded output, ``job.report`` (a
@@ -250,6 +244,7 @@ class CodedJob:
         launch: Launch | None = None,
         transform: Transform | None = None,
     ):
+        super().__init__()
         self.client = client
         self.launch = launch if launch is not None else CodedLaunch()
         #: coded task index -> its worker (speculative backups are added as they launch)
@@ -297,14 +292,7 @@ class CodedJob:
         self._stage: list[Future[Any]] = []  # futures of a decode on the cluster in flight
         self._round = 0
         self._cause: BaseException | None = None  # the first exception a task raised
-        self._output: Any = None
-        self._exception: BaseException | None = None
-        self._finished = False
-        self._cancel_requested = False
-        self._done_event = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._ac: _dist.FutureQueue | None = None
-        self._warnings: list[Warning] = []  # emitted where the result is taken
         self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
         #: coded index -> block, for the shares that are a block's own data
         self._data_rows = code.data_rows()
@@ -319,73 +307,6 @@ class CodedJob:
         self._shapes: dict[int, tuple[int, ...]] = {}
         self.domain_failure = False  # func is not defined on coded blocks (warned)
 
-    # -- user API --------------------------------------------------------------------
-    def done(self) -> bool:
-        """True once the job has decoded, failed or been cancelled."""
-        return self._finished
-
-    def result(self, timeout: float | None = None, *, warn: bool = True) -> Any:
-        """The decoded output (same kind as the input); raises what made the job fail.
-
-        Parameters
-        ----------
-        timeout : float, optional
-            Seconds to wait; raises ``TimeoutError`` after that (the job keeps running).
-            An interrupt (``KeyboardInterrupt``: Ctrl-C, a notebook's stop button)
-            cancels the job.
-        warn : bool
-            Emit the job's warnings about the answer here (once per job). False keeps
-            them for :meth:`take_warnings` (the driver of a rewritten collection sends
-            them to the clients instead); they stay in ``report.warnings`` either way.
-        """
-        return self._result_sync(timeout, stacklevel=3, warn=warn)
-
-    def take_warnings(self) -> list[Warning]:
-        """The job's warnings not emitted yet; they will not be emitted by this job."""
-        queued, self._warnings = self._warnings, []
-        return queued
-
-    def _result_sync(self, timeout: float | None, stacklevel: int, warn: bool = True) -> Any:
-        timeout = check_timeout(timeout)
-        try:
-            out = _dist.sync(self.client, self._result, callback_timeout=timeout)
-        except KeyboardInterrupt:
-            with contextlib.suppress(Exception):
-                self.cancel()
-            raise
-        except RuntimeError as exc:
-            if self.client.status in ("closing", "closed") or "loop is closed" in str(exc).lower():
-                raise RuntimeError(
-                    f"coded job {self.token}: its client was closed before the job "
-                    "finished; keep the client open until the result is taken"
-                ) from exc
-            raise
-        if warn:
-            self._emit(stacklevel)
-        return out
-
-    def warn(self, warning: Warning) -> None:
-        """Queue a warning about the answer, emitted (once) where the result is taken, and
-        keep it in the report."""
-        self._warnings.append(warning)
-        self.report.warnings.append(f"{type(warning).__name__}: {warning}")
-
-    def _emit(self, stacklevel: int) -> None:
-        for w in self.take_warnings():
-            warnings.warn(w, stacklevel=stacklevel + 1)
-
-    async def _result_warn(self) -> Any:
-        out = await self._result()
-        self._emit(2)
-        return out
-
-    def cancel(self) -> None:
-        """Stop the job: cancel its tasks; :meth:`result` then raises ``CancelledError``."""
-        return _dist.sync(self.client, self._cancel)
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._result_warn().__await__()
-
     def _repr_html_(self) -> str:
         from ..diagnostics.html import report_html
 
@@ -397,27 +318,6 @@ class CodedJob:
             f"<CodedJob {code_label(self.report.code)} {self.report.func} K={self.code.K} "
             f"N={self.code.N} status={status} token={self.token}>"
         )
-
-    async def _result(self) -> Any:
-        await self._done_event.wait()
-        if self._exception is not None:
-            raise self._exception
-        return self._output
-
-    async def _cancel(self) -> None:
-        if self._finished or self._task is None:
-            return
-        # the flag as well as Task.cancel(): on Python < 3.12 asyncio.wait_for can swallow
-        # a cancellation that lands as its inner future completes (CPython gh-86296)
-        self._cancel_requested = True
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
-        if not self._finished:  # cancelled before the loop took its first step
-            self._set_cancelled()
-            await self._finish()
 
     # -- submission ---------------------------------------------------------------------
     @property
@@ -514,20 +414,6 @@ class CodedJob:
         finally:
             await self._finish()
 
-    def _fail(self, exc: BaseException) -> None:
-        # the traceback's frames (the loop's included) hold the job's futures: keep the
-        # lines, drop the locals, or the job <-> exception cycle keeps its tasks on the
-        # scheduler until the cyclic garbage collector runs
-        traceback.clear_frames(exc.__traceback__)
-        self._exception = exc
-        self.report.status = "error"
-        self.report.error = _describe(exc)
-
-    def _set_cancelled(self) -> None:
-        self._exception = concurrent.futures.CancelledError(f"coded job {self.token} was cancelled")
-        self.report.status = "cancelled"
-        self.report.error = "cancelled by the user"
-
     async def _finish(self) -> None:
         # the result is handed over before the clean-up round trip: nobody waits on it
         stragglers, cancel = self._release()
@@ -614,7 +500,7 @@ class CodedJob:
                 raise ValueError(str(exc)) from exc
             if self._cause is None:
                 self._cause = exc
-            if not d.erred(i, now, _describe(exc)):
+            if not d.erred(i, now, describe(exc)):
                 return
         elif not d.erred(
             i, now, f"task {fut.status} (by another client, or its input data was lost)"
@@ -1033,7 +919,7 @@ class CodedJob:
                 return _NOTHING
             error = RuntimeError(
                 f"coded job {self.token}: decode task failed: "
-                f"{_describe(exc) if exc else fut.status}"
+                f"{describe(exc) if exc else fut.status}"
             )
             raise error from exc
 

@@ -1,0 +1,154 @@
+"""What a caller holds while a job runs: its result, its warnings, cancelling it.
+
+Shared by :class:`~.job.CodedJob` (coded and speculative jobs over K blocks) and
+:class:`~.redundant.RedundantJob` (exact copies of the tasks of any map layer). A
+subclass runs its loop in ``self._task`` and calls :meth:`_fail`, :meth:`_set_cancelled`
+and its own ``_finish`` (which sets ``_finished`` and ``_done_event``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import traceback
+import warnings
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from . import _dist
+from .wait import check_timeout
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from .report import JobReport
+
+__all__ = ["JobHandle", "describe"]
+
+
+def describe(exc: BaseException | None) -> str:
+    """``"Type: message"`` of an exception, as reports write it."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+class JobHandle:
+    """The user API of a running job: :meth:`result`, :meth:`cancel`, :meth:`done`."""
+
+    client: Client
+    token: str
+    report: JobReport
+
+    def __init__(self) -> None:
+        self._output: Any = None
+        self._exception: BaseException | None = None
+        self._finished = False
+        self._cancel_requested = False
+        self._done_event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._warnings: list[Warning] = []  # emitted where the result is taken
+
+    async def _finish(self) -> None:
+        raise NotImplementedError
+
+    # -- user API --------------------------------------------------------------------
+    def done(self) -> bool:
+        """True once the job has decoded, failed or been cancelled."""
+        return self._finished
+
+    def result(self, timeout: float | None = None, *, warn: bool = True) -> Any:
+        """The decoded output (same kind as the input); raises what made the job fail.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait; raises ``TimeoutError`` after that (the job keeps running).
+            An interrupt (``KeyboardInterrupt``: Ctrl-C, a notebook's stop button)
+            cancels the job.
+        warn : bool
+            Emit the job's warnings about the answer here (once per job). False keeps
+            them for :meth:`take_warnings` (the driver of a rewritten collection sends
+            them to the clients instead); they stay in ``report.warnings`` either way.
+        """
+        return self._result_sync(timeout, stacklevel=3, warn=warn)
+
+    def take_warnings(self) -> list[Warning]:
+        """The job's warnings not emitted yet; they will not be emitted by this job."""
+        queued, self._warnings = self._warnings, []
+        return queued
+
+    def _result_sync(self, timeout: float | None, stacklevel: int, warn: bool = True) -> Any:
+        timeout = check_timeout(timeout)
+        try:
+            out = _dist.sync(self.client, self._result, callback_timeout=timeout)
+        except KeyboardInterrupt:
+            with contextlib.suppress(Exception):
+                self.cancel()
+            raise
+        except RuntimeError as exc:
+            if self.client.status in ("closing", "closed") or "loop is closed" in str(exc).lower():
+                raise RuntimeError(
+                    f"coded job {self.token}: its client was closed before the job "
+                    "finished; keep the client open until the result is taken"
+                ) from exc
+            raise
+        if warn:
+            self._emit(stacklevel)
+        return out
+
+    def warn(self, warning: Warning) -> None:
+        """Queue a warning about the answer, emitted (once) where the result is taken, and
+        keep it in the report."""
+        self._warnings.append(warning)
+        self.report.warnings.append(f"{type(warning).__name__}: {warning}")
+
+    def _emit(self, stacklevel: int) -> None:
+        for w in self.take_warnings():
+            warnings.warn(w, stacklevel=stacklevel + 1)
+
+    async def _result_warn(self) -> Any:
+        out = await self._result()
+        self._emit(2)
+        return out
+
+    def cancel(self) -> None:
+        """Stop the job: cancel its tasks; :meth:`result` then raises ``CancelledError``."""
+        return _dist.sync(self.client, self._cancel)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._result_warn().__await__()
+
+    async def _result(self) -> Any:
+        await self._done_event.wait()
+        if self._exception is not None:
+            raise self._exception
+        return self._output
+
+    async def _cancel(self) -> None:
+        if self._finished or self._task is None:
+            return
+        # the flag as well as Task.cancel(): on Python < 3.12 asyncio.wait_for can swallow
+        # a cancellation that lands as its inner future completes (CPython gh-86296)
+        self._cancel_requested = True
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        if not self._finished:  # cancelled before the loop took its first step
+            self._set_cancelled()
+            await self._finish()
+
+    def _fail(self, exc: BaseException) -> None:
+        # the traceback's frames (the loop's included) hold the job's futures: keep the
+        # lines, drop the locals, or the job <-> exception cycle keeps its tasks on the
+        # scheduler until the cyclic garbage collector runs
+        traceback.clear_frames(exc.__traceback__)
+        self._exception = exc
+        self.report.status = "error"
+        self.report.error = describe(exc)
+
+    def _set_cancelled(self) -> None:
+        self._exception = concurrent.futures.CancelledError(f"coded job {self.token} was cancelled")
+        self.report.status = "cancelled"
+        self.report.error = "cancelled by the user"
