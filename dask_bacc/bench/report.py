@@ -51,6 +51,7 @@ def output_dir(out: str | None, script: str) -> str:
             n += 1
             path = f"{base}-{n}"
 
+
 #: Columns of the main table (tests check them).
 TABLE_COLUMNS = (
     "strategy",

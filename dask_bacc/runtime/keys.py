@@ -14,6 +14,7 @@ __all__ = [
     "KINDS",
     "ParsedKey",
     "args_key",
+    "copy_key",
     "decode_key",
     "driver_key",
     "eval_key",
@@ -22,6 +23,7 @@ __all__ = [
     "share_key",
     "sketch_key",
     "stack_key",
+    "start_topic",
 ]
 
 #: The type name the scheduler records (``TaskState.type``) for an eval that returned an
@@ -32,7 +34,8 @@ FAILURE_TYPE = "dask_bacc.runtime.worker.EvalFailure"
 #: decode round r; stack: the K blocks of a cluster decode (one task); info: its shapes,
 #: dtypes and sketches; encode: a share kept by ``CodedData``; sketch: a result's sketch
 #: (adaptive or robust jobs on the cluster); args: func's large arguments; chunk: an
-#: in-memory block shipped to the cluster; driver: the task running a rewritten collection
+#: in-memory block shipped to the cluster; driver: the task running a rewritten collection;
+#: copy: the backup copy of block i of an exact redundant layer (``runtime.redundant``)
 KINDS = (
     "eval",
     "backup",
@@ -44,6 +47,7 @@ KINDS = (
     "args",
     "chunk",
     "driver",
+    "copy",
 )
 _KEY = re.compile(r"^bacc-(" + "|".join(KINDS) + r")-([0-9a-f]{32})(?:-r(\d+))?$")
 
@@ -89,6 +93,16 @@ def share_key(token: str, i: int) -> tuple[str, int]:
 
 def sketch_key(token: str, i: int) -> tuple[str, int]:
     return (_name("sketch", token), i)
+
+
+def copy_key(token: str, i: int) -> tuple[str, int]:
+    """The backup copy of block ``i`` of a redundant layer (its primary keeps its own key)."""
+    return (_name("copy", token), i)
+
+
+def start_topic(token: str) -> str:
+    """The event topic where the primaries of a speculative layer say they started."""
+    return _name("start", token)
 
 
 def args_key(token: str) -> str:

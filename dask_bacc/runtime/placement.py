@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["choose_workers", "spread_order"]
+__all__ = ["choose_workers", "place_copies", "spread_order"]
 
 
 def _host(addr: str, info: Mapping[str, Any]) -> str:
@@ -95,3 +95,59 @@ def spread_order(n: int) -> list[int]:
     bits = max(1, (n - 1).bit_length())
     reversed_ = (int(format(i, f"0{bits}b")[::-1], 2) for i in range(1 << bits))
     return [i for i in reversed_ if i < n]
+
+
+def place_copies(
+    workers: Sequence[str],
+    primary: Sequence[str | None],
+    held: Sequence[Mapping[str, int]],
+    load: Mapping[str, int] | None = None,
+) -> tuple[list[str], list[str | None]]:
+    """Where the two copies of each block run: ``(primaries, backups)``.
+
+    A block's primary goes where most of its input bytes are (``primary[b]`` when known,
+    else the largest holder in ``held[b]``, else round-robin over ``workers``); its backup
+    goes to another worker, the one holding most of its input bytes besides (a replica
+    holder), then the least loaded, then the next after the primary's in ``workers``
+    order shifted by how many of that primary's blocks were placed already, so a slow
+    worker's blocks have their backups on different workers. No worker gets both copies
+    of a block; with one worker there is no backup (None).
+
+    Parameters
+    ----------
+    workers : sequence of str
+        The workers that may take copies, in spread order (:func:`spread_order`).
+    primary : sequence of str or None
+        Per block: the worker its primary is known to run on (None: not known).
+    held : sequence of mapping
+        Per block: worker -> bytes of the block's inputs it holds.
+    load : mapping, optional
+        Tasks each worker runs already (the backups placed here are added).
+    """
+    if not workers:
+        raise ValueError("no worker to place copies on")
+    index = {w: i for i, w in enumerate(workers)}
+    W = len(workers)
+    count = {w: int((load or {}).get(w, 0)) for w in workers}
+    placed_from: dict[str, int] = defaultdict(int)
+    primaries: list[str] = []
+    backups: list[str | None] = []
+    for b, (known, have) in enumerate(zip(primary, held, strict=True)):
+        p = known if known in index else None
+        if p is None:
+            holders = [w for w in have if w in index and have[w] > 0]
+            p = max(holders, key=lambda w: (have[w], -index[w])) if holders else workers[b % W]
+        primaries.append(p)
+        if W == 1:
+            backups.append(None)
+            continue
+        shift = placed_from[p]
+        placed_from[p] += 1
+
+        def rank(w: str, p: str = p, shift: int = shift, have: Mapping[str, int] = have) -> tuple:
+            return (-have.get(w, 0), count[w], (index[w] - index[p] - 1 - shift) % W)
+
+        q = min((w for w in workers if w != p), key=rank)
+        count[q] += 1
+        backups.append(q)
+    return primaries, backups

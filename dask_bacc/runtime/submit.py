@@ -18,12 +18,14 @@ from ..codes.registry import ALIASES, registered_codes, unknown_code
 from ..codes.transform import Transform, TransformSpec, get_transform
 from ..collections import Blocks, adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
+from ..collections.layer import Layer, is_dask_frame, partitions_layer
 from . import _dist
 from ._dist import default_client
 from .auto import AUTO, AUTO_CODES, Calibration, ModelView, NoSetting, Plan, is_auto, plan
 from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
+from .redundant import EXACT_LAYER_CODES, RedundantJob, policy_for
 from .speculative import Speculation, speculative_job, speculative_placement
 from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
 
@@ -126,6 +128,21 @@ async def _running_workers(client: Client) -> tuple[dict[str, dict[str, Any]], i
         if running or not workers:
             return workers, running
         await asyncio.sleep(poll)
+
+
+async def _workers_within(
+    client: Client, timeout: float | None
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """:func:`_running_workers`, bounded by the job's ``timeout`` (which bounds the whole
+    call, reaching the scheduler included)."""
+    try:
+        return await asyncio.wait_for(_running_workers(client), timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(
+            f"no running worker within timeout={timeout:g}s: the scheduler at "
+            f"{_dist.scheduler(client).address} could not be reached, or every worker stayed "
+            "paused (memory pressure)"
+        ) from None
 
 
 def _adapt(
@@ -362,16 +379,25 @@ async def _submit(
     avoid: tuple[str, ...] = (),
     transform: Transform | None = None,
     error: float | None = None,
-) -> CodedJob:
+) -> CodedJob | RedundantJob:
     timeout = resolve_timeout(timeout)
-    try:  # timeout= bounds the whole call, reaching the scheduler included
-        workers, n_workers = await asyncio.wait_for(_running_workers(client), timeout)
-    except asyncio.TimeoutError:
-        raise TimeoutError(
-            f"no running worker within timeout={timeout:g}s: the scheduler at "
-            f"{_dist.scheduler(client).address} could not be reached, or every worker stayed "
-            "paused (memory pressure)"
-        ) from None
+    if runs_as_layer(code, data):
+        if n_coded is not None or wait is not None or adversaries or error is not None:
+            raise ValueError(
+                f"code={code!r} on a dask DataFrame runs each partition's task with a backup "
+                "copy and returns the first copy of each: n_coded, wait, adversaries and "
+                "auto mode do not apply"
+            )
+        if transform is not None:
+            raise ValueError(
+                f"transform= decodes in a transformed domain; code={code!r} on a dask "
+                "DataFrame decodes nothing (it returns f's own partitions): drop it"
+            )
+        layer = partitions_layer(
+            func, data, args, kwargs, labels.get("meta"), labels.get("columns")
+        )
+        return await submit_layer(client, layer, str(code), code_options, timeout, avoid)
+    workers, n_workers = await _workers_within(client, timeout)
     if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
         # default K leaves room for the 2K + 2A - 1 results robust decoding needs
         labels = {**labels, "max_blocks": robust_max_blocks(n_workers, adversaries)}
@@ -454,6 +480,30 @@ async def _submit(
     return job
 
 
+def runs_as_layer(code: object, data: Any) -> bool:
+    """An exact code that copies the tasks of the map itself (:mod:`.redundant`): any
+    number of partitions, any partition sizes, pandas objects end to end."""
+    return isinstance(code, str) and code.lower() in EXACT_LAYER_CODES and is_dask_frame(data)
+
+
+async def submit_layer(
+    client: Client,
+    layer: Layer,
+    code: str,
+    code_options: Mapping[str, Any] | None,
+    timeout: float | None,
+    avoid: tuple[str, ...] = (),
+    gather: bool = False,
+) -> RedundantJob:
+    """Start a :class:`~.redundant.RedundantJob` over ``layer`` (exact codes)."""
+    policy = policy_for(code.lower(), code_options)
+    timeout = resolve_timeout(timeout)
+    workers, _ = await _workers_within(client, timeout)
+    job = RedundantJob(client, layer, policy, timeout, workers, avoid, gather=gather)
+    await job._submit()
+    return job
+
+
 def _place(workers: Mapping[str, Mapping[str, Any]], n: int, avoid: tuple[str, ...]) -> list[str]:
     """One worker per coded task, off the ``avoid`` workers when the others suffice."""
     spread_hosts = bool(config.get("spread-hosts"))
@@ -486,7 +536,7 @@ def submit_coded(
     transform: TransformSpec = None,
     error: float | None = None,
     **kwargs: Any,
-) -> CodedJob:
+) -> CodedJob | RedundantJob:
     """Start a coded map of ``func`` over the blocks of ``data``; return at once.
 
     Parameters are those of :func:`map_coded`. Returns a :class:`CodedJob` (with an

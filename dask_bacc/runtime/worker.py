@@ -36,6 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from .. import config
 from ..codes.base import beyond_float64, refuse_rounded_integers, unit_rows
 from ..exceptions import InvalidInput, InvalidResult, OutsideTransform
+from . import keys
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -827,3 +828,13 @@ def decode_task(weights: FloatArray, *results: NDArray[Any]) -> Share:
     if len(results) == 1 and weights[0] == 1.0:
         return np.asarray(results[0])  # exact copy (repetition, coincident points)
     return weighted_sum(weights, results)
+
+
+def run_started(token: str, block: int, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A primary task of a speculative layer (``runtime.redundant``): tell the job which
+    worker started it, then run it. The backup rule needs the run time of the tasks still
+    running, which the scheduler does not know (it sees a task assigned, not started)."""
+    worker = _worker()
+    if worker is not None:
+        worker.log_event(keys.start_topic(token), [block, worker.address])
+    return func(*args, **kwargs)

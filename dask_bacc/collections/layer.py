@@ -1,0 +1,157 @@
+"""The final layer of any dask collection, as the exact codes copy it.
+
+A repeated or speculative task needs none of the conditions a linear code needs (equal
+blocks, one chunked input): each task of the collection's final layer keeps its own
+inputs (every chunked input, ragged chunks, ``block_info``, ``partition_info``,
+``map_overlap``'s overlap, delayed arguments) and is run twice. So this module reads no
+map call: it takes the graph plain Dask would run (``collections_to_expr(...).optimize()``,
+blockwise fusion included), the task behind each output key (aliases followed: dask
+arrays end in an alias of the fused task), and rebuilds the collection from whichever copy
+finished first with the collection's own ``__dask_postpersist__``. The task objects are
+``dask._task_spec`` nodes (private; ``tests/test_layer.py`` checks them against the
+installed Dask).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import RewriteError
+
+if TYPE_CHECKING:
+    from dask._task_spec import GraphNode
+    from dask.typing import Key
+
+__all__ = ["Layer", "final_layer"]
+
+
+@dataclass
+class Layer:
+    """The tasks of a collection's final layer, in the graph plain Dask would run.
+
+    Attributes
+    ----------
+    graph : dict
+        Every task of the optimized graph (``dask._task_spec`` nodes), the final layer's
+        included.
+    outputs : list
+        The collection's output keys (``__dask_keys__``, flattened), in order.
+    blocks : list
+        The keys of the tasks that do the work, one per block, in output order: an output
+        key, or the task it is an alias of. Outputs whose value is already data (a
+        persisted collection) have no block.
+    output_of : dict
+        Block key -> the output keys it gives.
+    name : str
+        What the collection is, for messages and reports (``"dask.array.Array"`` ...).
+    """
+
+    graph: dict[Key, GraphNode]
+    outputs: list[Key]
+    blocks: list[Key]
+    output_of: dict[Key, list[Key]]
+    name: str
+    _postpersist: tuple[Callable[..., Any], tuple[Any, ...]] | None = field(
+        default=None, repr=False
+    )
+
+    def dependencies(self, block: Key) -> frozenset[Key]:
+        """The keys the task of ``block`` reads (its inputs in the graph)."""
+        return frozenset(self.graph[block].dependencies)
+
+    def renamed(self, key: Key, tag: str) -> Key:
+        """``key`` under the rebuilt collection's name (``<name>-<tag>``): its keys must
+        differ from the plain collection's, whose tasks have other specs (the scheduler
+        warns when one key comes with two specs, and may mix them up)."""
+        if isinstance(key, tuple):
+            return (f"{key[0]}-{tag}", *key[1:])
+        return f"{key}-{tag}"
+
+    def rebuild(self, values: Mapping[Key, Any], tag: str) -> Any:
+        """The collection, of the same type, from ``values``: output key (renamed by
+        :meth:`renamed`) -> a future or a task giving it, as ``Client.persist`` rebuilds
+        one."""
+        import inspect
+
+        if self._postpersist is None:
+            raise RewriteError("this layer was sent without its collection: it cannot rebuild")
+        func, args = self._postpersist
+        if "rename" not in inspect.signature(func).parameters:
+            return func(dict(values), *args)  # dask-expr: the keys it is given are its own
+        names = {
+            str(k[0] if isinstance(k, tuple) else k): str(self.renamed(k, tag)[0])
+            if isinstance(k, tuple)
+            else str(self.renamed(k, tag))
+            for k in self.outputs
+        }
+        return func(dict(values), *args, rename=names)
+
+    def without_collection(self) -> Layer:
+        """This layer without the collection's rebuild function (what a driver task needs:
+        the graph and the keys)."""
+        return Layer(self.graph, self.outputs, self.blocks, self.output_of, self.name)
+
+
+def final_layer(collection: Any) -> Layer:
+    """The final layer of ``collection`` (any dask collection).
+
+    Raises
+    ------
+    RewriteError
+        ``collection`` is not a dask collection, or its graph could not be read.
+    """
+    import dask
+    from dask._task_spec import Alias, Task, convert_legacy_graph
+    from dask.base import collections_to_expr
+    from dask.core import flatten
+
+    if not dask.is_dask_collection(collection):
+        raise RewriteError(f"expected a dask collection, got {type(collection).__name__}")
+    expr = collections_to_expr([collection], True).optimize()
+    graph = convert_legacy_graph(dict(expr.__dask_graph__()))
+    outputs = list(flatten(expr.__dask_keys__()))
+    output_of: dict[Key, list[Key]] = {}
+    for out in outputs:
+        key, node = out, graph.get(out)
+        seen = set()
+        while isinstance(node, Alias) and key not in seen:  # an array's output: the fused task
+            seen.add(key)
+            key = node.target
+            node = graph.get(key)
+        if isinstance(node, Task):
+            output_of.setdefault(key, []).append(out)
+    kind = type(collection)
+    return Layer(
+        graph,
+        outputs,
+        list(output_of),
+        output_of,
+        f"{kind.__module__.split('.')[0]}.{kind.__name__}",
+        collection.__dask_postpersist__(),
+    )
+
+
+def is_dask_frame(data: Any) -> bool:
+    """A dask DataFrame or Series (without importing dask.dataframe when absent)."""
+    import sys
+
+    dd = sys.modules.get("dask.dataframe")
+    return dd is not None and isinstance(data, (dd.DataFrame, dd.Series))
+
+
+def partitions_layer(
+    func: Callable[..., Any],
+    data: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    meta: Any = None,
+    columns: Any = None,
+) -> Layer:
+    """The final layer of ``data.map_partitions(func, *args, **kwargs)`` (``columns``:
+    the columns ``func`` sees; ``meta`` as in ``map_partitions``)."""
+    if columns is not None:
+        data = data[list(columns)]
+    options = {} if meta is None else {"meta": meta}
+    return final_layer(data.map_partitions(func, *args, **options, **kwargs))

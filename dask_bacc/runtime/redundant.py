@@ -1,0 +1,465 @@
+"""Exact redundancy for any map layer: each task gets a backup copy; the first copy wins.
+
+The exact rungs of the redundancy ladder (``code="repetition"``, ``code="speculative"``)
+on a dask collection. Each task of the collection's final layer
+(:func:`~dask_bacc.collections.layer.final_layer`) keeps its own inputs and its own
+output key (the *primary*, placed by Dask: next to its data, work stealing intact), and
+gets a backup under ``("bacc-copy-<token>", i)`` on another worker
+(:func:`~.placement.place_copies`):
+
+* :class:`Repetition` launches every backup at once, at a lower priority than the
+  primaries, so a worker runs its own primaries first and a backup whose primary won
+  meanwhile is cancelled before it starts (with many blocks per worker the backups wait
+  in the queues: the work is at most doubled, and mostly not);
+* :class:`~.speculative.Speculation` launches a backup once a primary has run longer than
+  its rule's threshold (the primaries report when they start: :func:`~.worker.run_started`).
+
+The first copy of a block to finish gives it, the other is cancelled. No decode, no
+conversion: the output is the blocks that came back, each the object ``f`` returned
+(pandas stays pandas), under the collection's own keys (:meth:`~.Layer.rebuild`). f's
+exception is raised as plain Dask would raise it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from distributed.client import FutureCancelledError
+
+from .. import config
+from ..collections.layer import Layer
+from ..exceptions import InsufficientResults
+from . import _dist, keys
+from .handle import JobHandle, describe
+from .placement import choose_workers, place_copies
+from .report import JobReport
+from .speculative import Speculation
+from .worker import run_started
+
+if TYPE_CHECKING:
+    from dask._task_spec import GraphNode, Task
+    from dask.typing import Key
+    from distributed import Client, Future
+
+__all__ = ["EXACT_LAYER_CODES", "RedundantJob", "Repetition", "policy_for"]
+
+#: the codes that run as copies of the layer's own tasks
+EXACT_LAYER_CODES = ("repetition", "speculative")
+
+
+@dataclass(frozen=True)
+class Repetition:
+    """Two copies of every task at once; the backups at a lower priority."""
+
+    #: Dask priority of the backups (the primaries have 0: a worker runs those first)
+    priority: int = -1
+    rule: str = "repetition"
+
+
+Policy = Repetition | Speculation
+
+
+def policy_for(code: str, options: Mapping[str, Any] | None = None) -> Policy:
+    """The policy of an exact layer code (``"repetition"`` or ``"speculative"``)."""
+    options = dict(options or {})
+    if code == "speculative":
+        return Speculation.from_options(options)
+    if code == "repetition":
+        if options:
+            raise TypeError(
+                f"code='repetition' on a dask collection takes no code_options, got "
+                f"{sorted(options)}"
+            )
+        return Repetition()
+    raise ValueError(f"not an exact layer code: {code!r}; use one of {EXACT_LAYER_CODES}")
+
+
+class RedundantJob(JobHandle):
+    """Every task of a collection's final layer with a backup copy; first copy wins.
+
+    Returned by ``submit_coded`` for ``code="repetition"``/``"speculative"`` on a dask
+    collection. :meth:`result` gives the collection, of the same type, backed by the
+    winning copies (``gather=False``) or, in a driver task, the computed blocks.
+
+    Copy ``i < K`` of the report is block i's primary, ``K + i`` its backup.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        layer: Layer,
+        policy: Policy,
+        timeout: float | None,
+        workers: Mapping[str, Mapping[str, Any]],
+        avoid: tuple[str, ...] = (),
+        gather: bool = False,
+    ):
+        super().__init__()
+        self.client = client
+        self.layer = layer
+        self.policy = policy
+        self.timeout = timeout
+        self.gather = gather
+        self.token = uuid.uuid4().hex
+        self.K = K = len(layer.blocks)
+        others = {a: w for a, w in workers.items() if a not in avoid}
+        pool = others or dict(workers)
+        self.workers = choose_workers(
+            pool, len(pool), spread_hosts=bool(config.get("spread-hosts"))
+        )
+        name = "speculative" if isinstance(policy, Speculation) else "repetition"
+        self.report = JobReport(
+            token=self.token,
+            func=layer.name,
+            code={"name": name, "K": K, "layer": True, **asdict(policy)},
+            K=K,
+            N=K,
+            wait_target=K,
+            workers=[""] * K,
+        )
+        self._start = time.perf_counter()
+        self._copies: dict[int, dict[int, Future[Any]]] = {b: {} for b in range(K)}
+        self._index_of: dict[Key, tuple[int, int]] = {}  # future key -> (block, copy)
+        self._winner: dict[int, Future[Any]] = {}
+        self._deps: dict[Key, Future[Any]] = {}  # inputs held for backups not launched yet
+        self._users: Counter[Key] = Counter()  # input key -> blocks still needing it
+        self._held: list[dict[str, int]] = []  # per block: worker -> input bytes held
+        self._started: dict[int, tuple[str, float]] = {}  # primary -> (worker, when)
+        self._running: Counter[str] = Counter()  # primaries started, per worker
+        self._durations: list[float] = []  # run times of the primaries that won
+        self._ac: _dist.FutureQueue | None = None
+        self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
+
+    def __repr__(self) -> str:
+        return (
+            f"<RedundantJob {self.report.code['name']} {self.layer.name} K={self.K} "
+            f"status={self.report.status} token={self.token}>"
+        )
+
+    def _repr_html_(self) -> str:
+        from ..diagnostics.html import report_html
+
+        return report_html(self.report, kind="RedundantJob")
+
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    # -- submission ---------------------------------------------------------------------
+    async def _submit(self) -> None:
+        layer, K = self.layer, self.K
+        block_set = set(layer.blocks)
+        inputs = {b: layer.dependencies(key) - block_set for b, key in enumerate(layer.blocks)}
+        needed = sorted({d for deps in inputs.values() for d in deps}, key=str)
+        where = await self._where(needed)
+        self._held = [
+            dict(
+                Counter(
+                    {w: n for d in inputs[b] for w, n in where.get(d, {}).items()}
+                ).most_common()
+            )
+            for b in range(K)
+        ]
+        primaries, backups = place_copies(self.workers, [None] * K, self._held)
+        at_once = isinstance(self.policy, Repetition)
+        speculative = isinstance(self.policy, Speculation)
+        nodes: dict[Key, GraphNode] = {k: v for k, v in layer.graph.items() if k not in block_set}
+        free: dict[Key, GraphNode] = {}  # primaries Dask places next to their data
+        pinned: dict[Key, GraphNode] = {}  # primaries with no input yet: spread by us
+        copies: dict[Key, GraphNode] = {}
+        where_to: dict[Key, list[str]] = {}
+        for b, key in enumerate(layer.blocks):
+            task: Task = layer.graph[key]  # type: ignore[assignment]
+            primary = _timed(task, self.token, b) if speculative else task
+            if self._held[b]:
+                free[key] = primary
+            else:
+                pinned[key] = primary
+                where_to[key] = [primaries[b]]
+            self.report.workers[b] = primaries[b]
+            if at_once and backups[b] is not None:
+                ck = keys.copy_key(self.token, b)
+                copies[ck] = task.substitute({}, key=ck)
+                where_to[ck] = [str(backups[b])]
+        for b in range(K):
+            for d in inputs[b]:
+                self._users[d] += 1
+        # data outputs (a persisted collection's keys) and the inputs a late backup reads
+        data_outputs = [k for k in layer.outputs if not _is_output_of_block(layer, k)]
+        keep_inputs = [d for d in needed if d in layer.graph] if speculative else []
+        graph = _graph(nodes, free, pinned, copies, where_to, self.policy)
+        wanted = [*layer.blocks, *copies, *data_outputs, *keep_inputs]
+        futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
+        for b, key in enumerate(layer.blocks):
+            self._track(b, 0, futures[key])
+            ck = keys.copy_key(self.token, b)
+            if ck in futures:
+                self._track(b, 1, futures[ck])
+                self.report.backups.append(b)
+        self.report.N = K + len(self.report.backups)
+        self._data = {k: futures[k] for k in data_outputs}
+        self._deps = {d: futures[d] for d in keep_inputs}
+        if speculative:
+            topic = keys.start_topic(self.token)
+            self.client.subscribe_topic(topic, self._on_start)
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _where(self, needed: list[Key]) -> dict[Key, dict[str, int]]:
+        """Input key -> {worker: its bytes} for the inputs already in memory."""
+        if not needed:
+            return {}
+        sched = _dist.scheduler(self.client)
+        who = await _dist.who_has(self.client, needed)
+        held = [k for k, ws in who.items() if ws]
+        sizes: dict[Key, int] = await sched.nbytes(keys=held, summary=False) if held else {}
+        return {k: dict.fromkeys(who[k], max(int(sizes.get(k, 1)), 1)) for k in held}
+
+    def _track(self, b: int, copy: int, fut: Future[Any]) -> None:
+        self._copies[b][copy] = fut
+        self._index_of[fut.key] = (b, copy)
+
+    def _on_start(self, event: tuple[float, Any]) -> None:
+        b, worker = event[1]
+        if b not in self._winner and b not in self._started:
+            self._started[int(b)] = (str(worker), self._elapsed())
+            self._running[str(worker)] += 1
+            self.report.workers[int(b)] = str(worker)
+
+    # -- the loop -----------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            self._output = await self._loop()
+            self.report.status = "finished"
+        except FutureCancelledError as exc:
+            if self._cancel_requested:
+                self._set_cancelled()
+            else:
+                error = RuntimeError(
+                    f"a task of coded job {self.token} was cancelled by the scheduler: {exc}"
+                )
+                error.__cause__ = exc
+                self._fail(error)
+        except asyncio.CancelledError:
+            self._set_cancelled()
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            await self._finish()
+
+    async def _loop(self) -> Any:
+        self._ac = ac = _dist.as_completed(self.client)
+        for copies in self._copies.values():
+            for fut in copies.values():
+                ac.add(fut)
+        speculative = isinstance(self.policy, Speculation)
+        tick = self.policy.interval if isinstance(self.policy, Speculation) else None
+        while len(self._winner) < self.K:
+            if self._cancel_requested:
+                raise asyncio.CancelledError
+            if speculative:
+                await self._speculate()
+            wait_for = tick
+            if self.timeout is not None:
+                left = self.timeout - self._elapsed()
+                if left <= 0:
+                    raise self._timed_out()
+                wait_for = left if wait_for is None else min(wait_for, left)
+            try:
+                fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
+            except asyncio.TimeoutError:
+                continue
+            except StopAsyncIteration:
+                raise RuntimeError(f"coded job {self.token}: no copy left to wait for") from None
+            losers: list[Future[Any]] = []
+            for f in [fut, *ac.next_batch(block=False)]:
+                losers += await self._arrived(f)
+            if losers:
+                self.report.cancelled += len(losers)
+                await _dist.cancel(self.client, losers, reason="bacc: the other copy won")
+        self.report.time_to_decode = self._elapsed()
+        self.report.trigger = "wait"
+        self.report.error_estimate = 0.0
+        self.report.estimate_method = "exact"
+        values = {
+            out: self._winner[b]
+            for b, key in enumerate(self.layer.blocks)
+            for out in self.layer.output_of[key]
+        }
+        values.update(self._data)
+        if self.gather:
+            got = await _dist.gather(self.client, list(values.values()))
+            return dict(zip(values, got, strict=True))
+        tag = f"bacc{self.token[:12]}"
+        return self.layer.rebuild({self.layer.renamed(k, tag): v for k, v in values.items()}, tag)
+
+    async def _arrived(self, fut: Future[Any]) -> list[Future[Any]]:
+        """Take one finished copy; return the other copies to cancel."""
+        found = self._index_of.get(fut.key)
+        if found is None:
+            return []
+        b, copy = found
+        if b in self._winner:
+            return []
+        if fut.status == "finished":
+            now = self._elapsed()
+            self._winner[b] = fut
+            i = b + copy * self.K
+            self.report.returned.append(i)
+            self.report.arrival[i] = now
+            self.report.slowest_used = now
+            started = self._started.pop(b, None)
+            if started is not None:
+                self._running[started[0]] -= 1
+                if copy == 0:
+                    self._durations.append(now - started[1])
+            self._release_inputs(b)
+            losers = [f for c, f in self._copies[b].items() if c != copy]
+            self.report.straggled += [b + c * self.K for c in self._copies[b] if c != copy]
+            return losers
+        others = [f for c, f in self._copies[b].items() if c != copy and f.status == "pending"]
+        if fut.status == "error":
+            exc = await _dist.exception(fut)
+            self.report.failed[b + copy * self.K] = describe(exc)
+            if others and _lost_worker(exc):
+                return []  # the other copy may still give the block
+            assert exc is not None
+            raise exc
+        self.report.failed[b + copy * self.K] = f"task {fut.status}"
+        if others:
+            return []
+        raise FutureCancelledError(fut.key, reason=f"task {fut.status} and no other copy")
+
+    def _release_inputs(self, b: int) -> None:
+        for d in self.layer.dependencies(self.layer.blocks[b]):
+            if d in self._users:
+                self._users[d] -= 1
+                if self._users[d] <= 0:
+                    del self._users[d]
+                    held = self._deps.pop(d, None)
+                    if held is not None:
+                        _dist.release(held)
+
+    async def _speculate(self) -> None:
+        """Launch the backups the rule asks for now."""
+        assert isinstance(self.policy, Speculation)
+        threshold = self.policy.threshold(self.K, self._durations)
+        if threshold is None:
+            return
+        now = self._elapsed()
+        late = [
+            b
+            for b, (_, t) in self._started.items()
+            if now - t > threshold and b not in self._winner and 1 not in self._copies[b]
+        ]
+        if not late:
+            return
+        ordered = [self._started[b][0] for b in late]
+        _, backups = place_copies(
+            self.workers, ordered, [self._held[b] for b in late], self._running
+        )
+        nodes: dict[Key, GraphNode] = {}
+        where_to: dict[Key, list[str]] = {}
+        for b, q in zip(late, backups, strict=True):
+            if q is None:
+                continue
+            ck = keys.copy_key(self.token, b)
+            task: Task = self.layer.graph[self.layer.blocks[b]]  # type: ignore[assignment]
+            nodes[ck] = task.substitute({}, key=ck)
+            where_to[ck] = [q]
+        if not nodes:
+            return
+        graph = _graph({}, {}, {}, nodes, where_to, self.policy)
+        futures = _dist.get(self.client, graph, list(nodes))
+        assert self._ac is not None
+        for ck, fut in zip(nodes, futures, strict=True):
+            b = int(ck[1])  # type: ignore[index]
+            self._track(b, 1, fut)
+            self._ac.add(fut)
+            self.report.backups.append(b)
+        self.report.N = self.K + len(self.report.backups)
+
+    def _timed_out(self) -> Exception:
+        missing = self.K - len(self._winner)
+        return InsufficientResults(
+            f"coded job {self.token}: {missing} of {self.K} blocks had no copy finished "
+            f"within timeout={self.timeout:g}s (an exact code has no answer without them)"
+        )
+
+    async def _finish(self) -> None:
+        pending = [
+            f
+            for copies in self._copies.values()
+            for f in copies.values()
+            if f.status == "pending" and f is not self._winner.get(self._index_of[f.key][0])
+        ]
+        self._finished = True
+        self._done_event.set()
+        if isinstance(self.policy, Speculation):
+            self.client.unsubscribe_topic(keys.start_topic(self.token))
+        if pending and self.report.status != "finished":
+            await _dist.cancel(self.client, pending, reason="bacc: the job ended")
+        for held in self._deps.values():
+            _dist.release(held)
+        # the result holds the winners; the job lets go of every future
+        self._deps, self._copies, self._winner, self._data = {}, {}, {}, {}
+        self._index_of = {}
+        self._ac = None
+
+
+def _is_output_of_block(layer: Layer, out: Key) -> bool:
+    return any(out in outs for outs in layer.output_of.values())
+
+
+def _lost_worker(exc: BaseException | None) -> bool:
+    """An error that says where the copy ran, not what f does: the other copy may give it."""
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(exc, KilledWorker)
+
+
+def _timed(task: Task, token: str, b: int) -> Task:
+    """``task`` run through :func:`~.worker.run_started` (same key, same inputs)."""
+    from dask._task_spec import Task
+
+    return Task(task.key, run_started, token, b, task.func, *task.args, **task.kwargs)
+
+
+def _graph(
+    nodes: dict[Key, GraphNode],
+    free: dict[Key, GraphNode],
+    pinned: dict[Key, GraphNode],
+    copies: dict[Key, GraphNode],
+    where_to: dict[Key, list[str]],
+    policy: Policy,
+) -> Any:
+    """One graph for one ``update-graph`` message: the layer's inputs, the primaries
+    (loosely pinned where Dask has no data to place them by) and the backups (on their
+    worker; loose, so a backup whose worker left runs elsewhere rather than never)."""
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    # repetition's backups wait behind the primaries; a late task's backup goes first
+    priority = policy.priority if isinstance(policy, Repetition) else 1
+    layers: dict[str, MaterializedLayer] = {}
+    parts: list[tuple[str, dict[Key, GraphNode], dict[str, Any] | None]] = [
+        ("inputs", nodes, None),
+        ("primaries", free, None),
+        ("pinned", pinned, {"workers": where_to.__getitem__, "allow_other_workers": True}),
+        (
+            "copies",
+            copies,
+            {
+                "workers": where_to.__getitem__,
+                "allow_other_workers": True,
+                "priority": priority,
+            },
+        ),
+    ]
+    for name, dsk, notes in parts:
+        if dsk:
+            layers[f"bacc-layer-{name}-{id(dsk):x}"] = MaterializedLayer(dsk, annotations=notes)
+    return HighLevelGraph(layers, {name: set() for name in layers})
