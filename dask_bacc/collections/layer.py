@@ -73,13 +73,17 @@ class Layer:
         """The collection, of the same type, from ``values``: output key (renamed by
         :meth:`renamed`) -> a future or a task giving it, as ``Client.persist`` rebuilds
         one."""
-        import inspect
-
         if self._postpersist is None:
             raise RewriteError("this layer was sent without its collection: it cannot rebuild")
         func, args = self._postpersist
-        if "rename" not in inspect.signature(func).parameters:
-            return func(dict(values), *args)  # dask-expr: the keys it is given are its own
+        if getattr(func, "__qualname__", "") == "FrameBase._postpersist":
+            # dask-expr's rebuild takes every key of the graph for an output (the keys it is
+            # given are its own): name them
+            import dask.dataframe as dd
+
+            meta, divisions, prefix = args
+            outputs = [self.renamed(k, tag) for k in self.outputs]
+            return dd.from_graph(dict(values), meta, divisions, outputs, prefix)
         names = {
             str(k[0] if isinstance(k, tuple) else k): str(self.renamed(k, tag)[0])
             if isinstance(k, tuple)

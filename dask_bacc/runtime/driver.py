@@ -11,6 +11,7 @@ operations work as usual.
 from __future__ import annotations
 
 import inspect
+import operator
 import traceback
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,14 +19,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import config
 from ..codes import Code, code_class
 from ..codes.transform import TransformSpec, get_transform
+from ..collections.layer import Layer, final_layer
 from ..collections.rewrite import MapCall, find_map
 from ..diagnostics.monitor import jsonable
 from ..exceptions import RewriteError
 from . import _dist, keys
 from .quality import check_adversaries
+from .redundant import EXACT_LAYER_CODES, policy_for
 from .report import JobReport
-from .submit import AVOID_WORKERS, _check_common, _wants_auto, submit_coded
-from .wait import WaitPolicy
+from .submit import AVOID_WORKERS, _check_common, _wants_auto, submit_coded, submit_layer
+from .wait import WaitPolicy, check_timeout
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -104,6 +107,16 @@ def coded(
     """
     if fallback not in ("raise", "plain"):
         raise ValueError(f"fallback must be 'raise' or 'plain', got {fallback!r}")
+    if code is None:
+        code = config.get("code")
+    if isinstance(code, str) and code.lower() in EXACT_LAYER_CODES:
+        if n_coded is not None or wait is not None or adversaries or transform is not None:
+            raise ValueError(
+                f"code={code!r} runs each task of the final layer with a backup copy and "
+                "keeps the first copy of each: n_coded, wait, adversaries and transform do "
+                "not apply"
+            )
+        return _coded_layer(collection, code.lower(), code_options, timeout, fallback)
     try:
         call = _find_map(collection)
     except RewriteError:
@@ -116,8 +129,6 @@ def coded(
             f"the mapped function takes keyword argument(s) {clash}, which map_coded "
             "reserves for itself: pass them positionally or rename them"
         )
-    if code is None:
-        code = config.get("code")
     if _wants_auto(code, n_coded, wait):
         raise ValueError(
             "auto mode ('auto' for code, n_coded or wait) plans each job on the client: use "
@@ -156,6 +167,87 @@ def coded(
     )
     rebuilt: CollectionT = call.adapter.rebuild(call, driver, target)  # the same kind
     return rebuilt
+
+
+def _coded_layer(
+    collection: CollectionT,
+    code: str,
+    code_options: dict[str, Any] | None,
+    timeout: float | None,
+    fallback: str,
+) -> CollectionT:
+    """:func:`coded` for the exact codes: one driver task runs every task of the final
+    layer with a backup copy (:class:`~.redundant.RedundantJob`); each output chunk reads
+    its block from it, under the output's key renamed."""
+    from dask._task_spec import DataNode, Task, TaskRef
+
+    policy_for(code, code_options)  # bad options raise here, not at compute time
+    check_timeout(timeout)
+    try:
+        layer = final_layer(collection)
+    except RewriteError:
+        if fallback == "plain":
+            return collection
+        raise
+    token = uuid.uuid4().hex
+    driver = keys.driver_key(token)
+    graph: dict[Any, Any] = {
+        driver: Task(
+            driver,
+            _drive_layer,
+            DataNode(None, layer.without_collection()),
+            code,
+            DataNode(None, dict(code_options or {})),
+            timeout,
+            DataNode(None, _bacc_settings()),
+            token,
+        )
+    }
+    tag = f"bacc{token[:12]}"
+    for out in layer.outputs:
+        new = layer.renamed(out, tag)
+        graph[new] = Task(new, operator.getitem, TaskRef(driver), DataNode(None, out))
+    rebuilt: CollectionT = layer.rebuild(graph, tag)
+    return rebuilt
+
+
+def _drive_layer(
+    layer: Layer,
+    code: str,
+    code_options: dict[str, Any],
+    timeout: float | None,
+    settings: dict[str, Any],
+    token: str,
+) -> dict[Any, Any]:
+    """The driver task of an exact layer: run the copies from inside the cluster; return
+    output key -> its block (the first copy of each to finish)."""
+    import dask
+    from distributed import get_client, get_worker
+
+    client = get_client()
+    worker = get_worker()
+    # this worker's thread goes to the copies; the output chunks read the blocks here, so
+    # no backup waits on this worker's queue
+    _dist.secede()
+    same = dask.config.get("bacc", default={}) == settings
+    with dask.config.set({} if same else {"bacc": settings}):
+        job = _dist.sync(
+            client,
+            submit_layer,
+            client,
+            layer,
+            code,
+            code_options,
+            timeout,
+            (worker.address,),
+            True,
+        )
+        try:
+            out: dict[Any, Any] = job.result(warn=False)
+        finally:
+            report = jsonable(job.report.to_dict())
+            worker.log_event(REPORT_TOPIC, {"driver": token, "report": report})
+    return out
 
 
 def _find_map(collection: Any) -> MapCall:
