@@ -6,6 +6,11 @@ from deep inside. Every case here is either kept identical to plain Dask (compar
 plain Dask's result) or refused with a :class:`dask_bacc.RewriteError` whose message names
 the feature and the alternative: at ``coded()`` time where the graph shows it, at compute
 time where only the data does. Also item 6: a coded job's warnings reach the client.
+
+Since issue 25, ``code="repetition"`` and ``"speculative"`` copy each task of the final
+layer as it is (``tests/test_layer.py``) and need none of this; the cases run with
+``code="uncoded"`` (exact, through the map rewrite) and the approximate codes, which still
+go through it.
 """
 
 from __future__ import annotations
@@ -72,10 +77,13 @@ def assert_refused(error, pattern):
 
 
 # -- refused at coded() time ----------------------------------------------------------------
+# by the approximate codes, which need equal blocks of one input; the exact codes take each
+# of these layers as it is (tests/test_layer.py), and the refusal says so
 def test_dataframe_map_overlap_is_refused_not_taken_for_map_partitions():
     y = frame().map_overlap(lambda p: p.rolling(2).sum(), 1, 0)
-    with pytest.raises(RewriteError, match=r"map_overlap.*plain Dask: ddf.map_overlap"):
-        dask_bacc.coded(y, code="repetition")
+    with pytest.raises(RewriteError, match=r"map_overlap.*plain Dask: ddf.map_overlap") as err:
+        dask_bacc.coded(y, code="berrut")
+    assert "code='repetition'" in str(err.value) and "code='speculative'" in str(err.value)
     assert dask_bacc.coded(y, fallback="plain") is y
 
 
@@ -83,7 +91,7 @@ def test_dataframe_map_overlap_is_refused_not_taken_for_map_partitions():
 def test_array_map_overlap_is_refused_by_name(trim):
     y = array().map_overlap(lambda b: b + 1, depth={0: 1, 1: 0}, boundary="none", trim=trim)
     with pytest.raises(RewriteError, match=r"overlapping blocks.*plain Dask: x.map_overlap"):
-        dask_bacc.coded(y, code="repetition")
+        dask_bacc.coded(y, code="berrut")
 
 
 def test_partition_info_is_refused():
@@ -92,18 +100,18 @@ def test_partition_info_is_refused():
 
     y = frame().map_partitions(f, meta=frame()._meta)
     with pytest.raises(RewriteError, match=r"partition_info.*plain Dask"):
-        dask_bacc.coded(y, code="repetition")
+        dask_bacc.coded(y, code="berrut")
 
 
 def test_masked_array_meta_is_refused():
     y = array().map_blocks(lambda b: np.ma.masked_greater(b, 10))
     with pytest.raises(RewriteError, match=r"numpy.ma.MaskedArray.*plain Dask: y.compute\(\)"):
-        dask_bacc.coded(y, code="repetition")
+        dask_bacc.coded(y, code="berrut")
     # masked input blocks: f would see the masked values unmasked
     masked = da.ma.masked_greater(array(), 10)
     y = masked.map_blocks(lambda b: np.asarray(b.filled(0)) * 2, meta=np.empty((0, 0)))
     with pytest.raises(RewriteError, match=r"input blocks are numpy.ma.MaskedArray.*plain Dask"):
-        dask_bacc.coded(y, code="repetition")
+        dask_bacc.coded(y, code="berrut")
 
 
 def test_reading_the_graph_never_crashes_with_a_bare_error(monkeypatch):
@@ -158,13 +166,13 @@ async def test_index_metadata_set_by_f_is_kept(c, s, *workers):
     ddf = frame()
     y = ddf.map_partitions(lambda p: p.rename_axis("idx"))
     pd.testing.assert_frame_equal(
-        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+        await c.compute(dask_bacc.coded(y, code="uncoded")), await c.compute(y)
     )
     df = pd.DataFrame({"a": np.arange(16.0), "b": np.arange(16) * 2}).rename_axis("row")
     named = dd.from_pandas(df, npartitions=4)
     y = named.a.map_partitions(lambda s: s.rename_axis("r2") * 2)
     pd.testing.assert_series_equal(
-        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+        await c.compute(dask_bacc.coded(y, code="uncoded")), await c.compute(y)
     )
 
 
@@ -175,17 +183,17 @@ async def test_enforced_metadata_is_applied_as_map_partitions_does(c, s, *worker
     # enforce_metadata (the default) names each Series partition after the meta
     y = ddf.a.map_partitions(lambda s: s.rename("z"), meta=("q", "f8"))
     pd.testing.assert_series_equal(
-        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+        await c.compute(dask_bacc.coded(y, code="uncoded")), await c.compute(y)
     )
     y = ddf.a.map_partitions(lambda s: s.rename("z"), meta=("q", "f8"), enforce_metadata=False)
     pd.testing.assert_series_equal(
-        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+        await c.compute(dask_bacc.coded(y, code="uncoded")), await c.compute(y)
     )
     # columns that do not match the meta: plain Dask raises, and so does coded()
     y = ddf.map_partitions(lambda p: p[["b", "a"]], meta=ddf._meta)
     assert issubclass((await error_of(c, y))[0], ValueError)
     assert_refused(
-        await error_of(c, dask_bacc.coded(y, code="repetition")), r"columns \['b', 'a'\].*meta"
+        await error_of(c, dask_bacc.coded(y, code="uncoded")), r"columns \['b', 'a'\].*meta"
     )
 
 
@@ -198,7 +206,7 @@ async def test_nan_or_floats_in_an_int_typed_column_are_never_cast(c, s, *worker
     y = ddf.map_partitions(lambda p: p.assign(b=p.b.where(p.b > 3)), meta=ddf._meta)
     plain = await c.compute(y)
     assert plain.b.isna().any()
-    z = dask_bacc.coded(y, code="repetition")
+    z = dask_bacc.coded(y, code="uncoded")
     error = await error_of(c, z)
     if error is None:  # kept identical
         pd.testing.assert_frame_equal(await c.compute(z), plain)
@@ -209,7 +217,7 @@ async def test_nan_or_floats_in_an_int_typed_column_are_never_cast(c, s, *worker
     y = ddf.map_partitions(lambda p: p / 3, meta=ddf._meta)
     assert (await c.compute(y)).b.dtype == np.float64
     assert_refused(
-        await error_of(c, dask_bacc.coded(y, code="repetition")),
+        await error_of(c, dask_bacc.coded(y, code="uncoded")),
         r"column 'b' has dtype float64.*declares int64.*plain Dask",
     )
 
@@ -220,7 +228,7 @@ async def test_masked_result_is_refused_on_the_data(c, s, *workers):
     # meta= says plain arrays, f returns masked ones: found on the data
     y = array().map_blocks(lambda b: np.ma.masked_greater(b, 10), meta=np.empty((0, 0)))
     assert_refused(
-        await error_of(c, dask_bacc.coded(y, code="repetition")), r"masked array.*plain Dask"
+        await error_of(c, dask_bacc.coded(y, code="uncoded")), r"masked array.*plain Dask"
     )
 
 
@@ -229,12 +237,12 @@ async def test_masked_result_is_refused_on_the_data(c, s, *workers):
 async def test_xarray_f_reading_the_blocked_coordinate_is_refused(c, s, *workers):
     # upstream's canonical xr.map_blocks(lambda obj: obj + obj.x, ...)
     arr = labelled()
-    z = dask_bacc.coded(xr.map_blocks(lambda obj: obj + obj.x, arr), code="repetition")
+    z = dask_bacc.coded(xr.map_blocks(lambda obj: obj + obj.x, arr), code="uncoded")
     assert_refused(await error_of(c, z), r"reads the coordinate.*'x'.*plain Dask")
     # f that does not read it is kept identical, coordinates included
     y = xr.map_blocks(lambda obj: obj * 2, arr)
     xr.testing.assert_identical(
-        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+        await c.compute(dask_bacc.coded(y, code="uncoded")), await c.compute(y)
     )
 
 
@@ -244,7 +252,7 @@ async def test_xarray_f_reading_a_non_index_coordinate_is_refused(c, s, *workers
     # a lazy non-index coordinate along the mapped dimension: a coded block lacks it, and
     # f failing there (AttributeError) is named for what it is
     arr = labelled().assign_coords(lab=("x", np.arange(16.0)))
-    z = dask_bacc.coded(xr.map_blocks(lambda obj: obj + obj.lab, arr), code="repetition")
+    z = dask_bacc.coded(xr.map_blocks(lambda obj: obj + obj.lab, arr), code="uncoded")
     assert_refused(await error_of(c, z), r"reads the coordinate.*'lab'.*fails on a block without")
 
 
@@ -261,11 +269,11 @@ async def test_dataframe_f_reading_or_changing_the_index_is_refused(c, s, *worke
     for f, match in cases:
         y = ddf.map_partitions(f)
         assert_refused(
-            await error_of(c, dask_bacc.coded(y, code="repetition")), match + ".*plain Dask"
+            await error_of(c, dask_bacc.coded(y, code="uncoded")), match + ".*plain Dask"
         )
     y = ddf.map_partitions(lambda p: p * 2)  # f that leaves the index alone: identical
     pd.testing.assert_frame_equal(
-        await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+        await c.compute(dask_bacc.coded(y, code="uncoded")), await c.compute(y)
     )
 
 
@@ -278,11 +286,11 @@ def _noisy(obj):
 async def test_a_random_f_is_not_taken_for_one_that_reads_labels(c, s, *workers):
     # f's output differs between two calls on the same mock whatever the labels: the label
     # checks conclude nothing (no false refusal)
-    z = dask_bacc.coded(xr.map_blocks(_noisy, labelled()), code="repetition")
+    z = dask_bacc.coded(xr.map_blocks(_noisy, labelled()), code="uncoded")
     assert (await c.compute(z)).shape == (16,)
     df = pd.DataFrame({"a": np.arange(8.0)}, index=pd.Index(np.arange(8) * 2, name="k"))
     y = dd.from_pandas(df, npartitions=2).map_partitions(_noisy)
-    assert (await c.compute(dask_bacc.coded(y, code="repetition"))).shape == (8, 1)
+    assert (await c.compute(dask_bacc.coded(y, code="uncoded"))).shape == (8, 1)
 
 
 @pytest.mark.slow
@@ -293,13 +301,13 @@ async def test_xarray_template_that_does_not_match_is_checked(c, s, *workers):
     y = xr.map_blocks(lambda o: o.assign(w=o.v * 2), ds, template=ds)
     assert issubclass((await error_of(c, y))[0], ValueError)
     assert_refused(
-        await error_of(c, dask_bacc.coded(y, code="repetition")), r"data variables.*template"
+        await error_of(c, dask_bacc.coded(y, code="uncoded")), r"data variables.*template"
     )
     # f returns floats where the template says int64: refused, not truncated
     ints = labelled().astype(np.int64)
     y = xr.map_blocks(lambda o: o / 3, ints, template=ints)
     assert_refused(
-        await error_of(c, dask_bacc.coded(y, code="repetition")), r"float64.*int64.*plain Dask"
+        await error_of(c, dask_bacc.coded(y, code="uncoded")), r"float64.*int64.*plain Dask"
     )
     # f changes an index coordinate along another dimension than the mapped one
     grid = xr.DataArray(
@@ -308,13 +316,13 @@ async def test_xarray_template_that_does_not_match_is_checked(c, s, *workers):
     y = xr.map_blocks(lambda o: o.assign_coords(y=[5, 6]), grid, template=grid)
     assert issubclass((await error_of(c, y))[0], ValueError)
     assert_refused(
-        await error_of(c, dask_bacc.coded(y, code="repetition")), r"index coordinate 'y'"
+        await error_of(c, dask_bacc.coded(y, code="uncoded")), r"index coordinate 'y'"
     )
     # a template whose coordinate along the mapped dimension differs from the input's
     arr = labelled()
     y = xr.map_blocks(lambda o: o, arr, template=arr.assign_coords(x=arr.x + 1))
     with pytest.raises(RewriteError, match=r"template has other values for the coordinate"):
-        dask_bacc.coded(y, code="repetition")
+        dask_bacc.coded(y, code="uncoded")
 
 
 @pytest.mark.slow
@@ -330,7 +338,7 @@ async def test_delayed_and_keyed_large_arguments_are_passed_to_the_driver(c, s, 
     ]
     for y in cases:
         np.testing.assert_array_equal(
-            await c.compute(dask_bacc.coded(y, code="repetition")), await c.compute(y)
+            await c.compute(dask_bacc.coded(y, code="uncoded")), await c.compute(y)
         )
 
 

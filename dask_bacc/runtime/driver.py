@@ -119,10 +119,10 @@ def coded(
         return _coded_layer(collection, code.lower(), code_options, timeout, fallback)
     try:
         call = _find_map(collection)
-    except RewriteError:
+    except RewriteError as exc:
         if fallback == "plain":
             return collection
-        raise
+        raise RewriteError(f"{exc}. {_EXACT_HINT}") from None
     clash = sorted(_RESERVED & set(call.kwargs))
     if clash:
         raise RewriteError(
@@ -167,6 +167,14 @@ def coded(
     )
     rebuilt: CollectionT = call.adapter.rebuild(call, driver, target)  # the same kind
     return rebuilt
+
+
+#: what an approximate code's refusal adds: the exact codes take the layer as it is
+_EXACT_HINT = (
+    "The exact codes take any map layer as it is (every chunking, several inputs, "
+    "block_info, overlap): coded(y, code='repetition') runs each task with a backup copy "
+    "at once, coded(y, code='speculative') when a task runs late (docs/collections.md)"
+)
 
 
 def _coded_layer(
