@@ -84,18 +84,18 @@ class Layer:
             meta, divisions, prefix = args
             outputs = [self.renamed(k, tag) for k in self.outputs]
             return dd.from_graph(dict(values), meta, divisions, outputs, prefix)
-        names = {
-            str(k[0] if isinstance(k, tuple) else k): str(self.renamed(k, tag)[0])
-            if isinstance(k, tuple)
-            else str(self.renamed(k, tag))
-            for k in self.outputs
-        }
+        names = {_name(k): _name(self.renamed(k, tag)) for k in self.outputs}
         return func(dict(values), *args, rename=names)
 
     def without_collection(self) -> Layer:
         """This layer without the collection's rebuild function (what a driver task needs:
         the graph and the keys)."""
         return Layer(self.graph, self.outputs, self.blocks, self.output_of, self.name)
+
+
+def _name(key: Key) -> str:
+    """A key's name: the first element of a tuple key, or the key itself."""
+    return str(key[0]) if isinstance(key, tuple) else str(key)
 
 
 def final_layer(collection: Any) -> Layer:

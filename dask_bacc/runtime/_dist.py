@@ -159,3 +159,16 @@ def who_has(client: Client, keys: list[Key]) -> Awaitable[dict[Key, list[str]]]:
     """The scheduler's ``who_has``: key -> addresses of the workers holding it."""
     reply: Awaitable[dict[Key, list[str]]] = scheduler(client).who_has(keys=keys)
     return reply
+
+
+def subscribe_topic(client: Client, topic: str, handler: Callable[[Any], None]) -> None:
+    """``client.subscribe_topic(topic, handler)``: ``handler(event)`` for each event the
+    scheduler's log gets under ``topic``, on the client's loop."""
+    run = cast("Callable[[str, Callable[[Any], None]], None]", client.subscribe_topic)
+    run(topic, handler)
+
+
+def unsubscribe_topic(client: Client, topic: str) -> None:
+    """``client.unsubscribe_topic(topic)``."""
+    run = cast("Callable[[str], None]", client.unsubscribe_topic)
+    run(topic)

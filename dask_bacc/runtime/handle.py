@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import traceback
 import warnings
 from collections.abc import Generator
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["JobHandle", "describe"]
 
+#: jobs of this process, numbered in the order they were made (``JobHandle.seq``)
+_job_seq = itertools.count()
+
 
 def describe(exc: BaseException | None) -> str:
     """``"Type: message"`` of an exception, as reports write it."""
@@ -40,6 +44,8 @@ class JobHandle:
     report: JobReport
 
     def __init__(self) -> None:
+        #: this job's number among the jobs of this process
+        self.seq = next(_job_seq)
         self._output: Any = None
         self._exception: BaseException | None = None
         self._finished = False

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import itertools
 import logging
 import re
 import time
@@ -89,7 +88,6 @@ logger = logging.getLogger(__name__)
 #: reference to the task holding them (large ones)
 CallArg: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]] | TaskRef
 
-_job_seq = itertools.count()
 _running: set[asyncio.Task[None]] = set()  # strong references to the job loops and clean-ups
 # client -> scheduler address the worker plugin is known to be on
 _worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]] = (
@@ -271,7 +269,6 @@ class CodedJob(JobHandle):
         self.timeout = timeout
         self.combine = combine
         self.token = uuid.uuid4().hex
-        self.seq = next(_job_seq)
         self.report = JobReport(
             token=self.token,
             func=getattr(func, "__name__", type(func).__name__),

@@ -97,6 +97,10 @@ def spread_order(n: int) -> list[int]:
     return [i for i in reversed_ if i < n]
 
 
+#: how a backup's worker is chosen: most input bytes held, least loaded, spread
+Rank = tuple[int, int, int]
+
+
 def place_copies(
     workers: Sequence[str],
     primary: Sequence[str | None],
@@ -144,7 +148,9 @@ def place_copies(
         shift = placed_from[p]
         placed_from[p] += 1
 
-        def rank(w: str, p: str = p, shift: int = shift, have: Mapping[str, int] = have) -> tuple:
+        def rank(
+            w: str, p: str = p, shift: int = shift, have: Mapping[str, int] = have
+        ) -> tuple[int, int, int]:
             return (-have.get(w, 0), count[w], (index[w] - index[p] - 1 - shift) % W)
 
         q = min((w for w in workers if w != p), key=rank)

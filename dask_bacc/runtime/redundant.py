@@ -206,7 +206,7 @@ class RedundantJob(JobHandle):
         self._deps = {d: futures[d] for d in keep_inputs}
         if speculative:
             topic = keys.start_topic(self.token)
-            self.client.subscribe_topic(topic, self._on_start)
+            _dist.subscribe_topic(self.client, topic, self._on_start)
         self._task = asyncio.ensure_future(self._run())
 
     async def _where(self, needed: list[Key]) -> dict[Key, dict[str, int]]:
@@ -364,10 +364,12 @@ class RedundantJob(JobHandle):
         )
         nodes: dict[Key, GraphNode] = {}
         where_to: dict[Key, list[str]] = {}
+        block_of: dict[Key, int] = {}
         for b, q in zip(late, backups, strict=True):
             if q is None:
                 continue
             ck = keys.copy_key(self.token, b)
+            block_of[ck] = b
             task: Task = self.layer.graph[self.layer.blocks[b]]  # type: ignore[assignment]
             nodes[ck] = task.substitute({}, key=ck)
             where_to[ck] = [q]
@@ -376,8 +378,8 @@ class RedundantJob(JobHandle):
         graph = _graph({}, {}, {}, nodes, where_to, self.policy)
         futures = _dist.get(self.client, graph, list(nodes))
         assert self._ac is not None
-        for ck, fut in zip(nodes, futures, strict=True):
-            b = int(ck[1])  # type: ignore[index]
+        for copy_key, fut in zip(nodes, futures, strict=True):
+            b = block_of[copy_key]
             self._track(b, 1, fut)
             self._ac.add(fut)
             self.report.backups.append(b)
@@ -400,7 +402,7 @@ class RedundantJob(JobHandle):
         self._finished = True
         self._done_event.set()
         if isinstance(self.policy, Speculation):
-            self.client.unsubscribe_topic(keys.start_topic(self.token))
+            _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
         if pending and self.report.status != "finished":
             await _dist.cancel(self.client, pending, reason="bacc: the job ended")
         for held in self._deps.values():
