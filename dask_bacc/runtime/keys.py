@@ -20,6 +20,7 @@ __all__ = [
     "eval_key",
     "info_key",
     "parse",
+    "primary_key",
     "share_key",
     "sketch_key",
     "stack_key",
@@ -35,7 +36,7 @@ FAILURE_TYPE = "dask_bacc.runtime.worker.EvalFailure"
 #: dtypes and sketches; encode: a share kept by ``CodedData``; sketch: a result's sketch
 #: (adaptive or robust jobs on the cluster); args: func's large arguments; chunk: an
 #: in-memory block shipped to the cluster; driver: the task running a rewritten collection;
-#: copy: the backup copy of block i of an exact redundant layer (``runtime.redundant``)
+#: primary, copy: the two copies of block i of an exact redundant layer (``runtime.redundant``)
 KINDS = (
     "eval",
     "backup",
@@ -47,6 +48,7 @@ KINDS = (
     "args",
     "chunk",
     "driver",
+    "primary",
     "copy",
 )
 _KEY = re.compile(r"^bacc-(" + "|".join(KINDS) + r")-([0-9a-f]{32})(?:-r(\d+))?$")
@@ -95,8 +97,13 @@ def sketch_key(token: str, i: int) -> tuple[str, int]:
     return (_name("sketch", token), i)
 
 
+def primary_key(token: str, i: int) -> tuple[str, int]:
+    """The primary copy of block ``i`` of a redundant layer (the task as the layer has it)."""
+    return (_name("primary", token), i)
+
+
 def copy_key(token: str, i: int) -> tuple[str, int]:
-    """The backup copy of block ``i`` of a redundant layer (its primary keeps its own key)."""
+    """The backup copy of block ``i`` of a redundant layer."""
     return (_name("copy", token), i)
 
 

@@ -2,9 +2,9 @@
 
 The exact rungs of the redundancy ladder (``code="repetition"``, ``code="speculative"``)
 on a dask collection. Each task of the collection's final layer
-(:func:`~dask_bacc.collections.layer.final_layer`) keeps its own inputs and its own
-output key (the *primary*, placed by Dask: next to its data, work stealing intact), and
-gets a backup under ``("bacc-copy-<token>", i)`` on another worker
+(:func:`~dask_bacc.collections.layer.final_layer`) keeps its own inputs and runs as the
+*primary* (``("bacc-primary-<token>", i)``, placed by Dask: next to its data, work stealing
+intact) and a backup under ``("bacc-copy-<token>", i)`` on another worker
 (:func:`~.placement.place_copies`):
 
 * :class:`Repetition` launches every backup at once, at a lower priority than the
@@ -16,7 +16,7 @@ gets a backup under ``("bacc-copy-<token>", i)`` on another worker
 
 The first copy of a block to finish gives it, the other is cancelled. No decode, no
 conversion: the output is the blocks that came back, each the object ``f`` returned
-(pandas stays pandas), under the collection's own keys (:meth:`~.Layer.rebuild`). f's
+(pandas stays pandas), under the collection's keys renamed (:meth:`~.Layer.rebuild`). f's
 exception is raised as plain Dask would raise it.
 """
 
@@ -135,6 +135,7 @@ class RedundantJob(JobHandle):
         self._durations: list[float] = []  # run times of the primaries that won
         self._ac: _dist.FutureQueue | None = None
         self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
+        self._primary_key: list[Key] = []  # the key each block's primary runs under
 
     def __repr__(self) -> str:
         return (
@@ -173,14 +174,25 @@ class RedundantJob(JobHandle):
         pinned: dict[Key, GraphNode] = {}  # primaries with no input yet: spread by us
         copies: dict[Key, GraphNode] = {}
         where_to: dict[Key, list[str]] = {}
+        # the primaries run under keys of their own: the plain collection's keys may be
+        # computed by another graph with another spec (a speculative primary is wrapped),
+        # and the scheduler must never see one key with two specs. A block another task
+        # of the graph reads keeps its key.
+        read = {d for node in layer.graph.values() for d in node.dependencies}
+        self._primary_key = [
+            key if key in read else keys.primary_key(self.token, b)
+            for b, key in enumerate(layer.blocks)
+        ]
         for b, key in enumerate(layer.blocks):
             task: Task = layer.graph[key]  # type: ignore[assignment]
-            primary = _timed(task, self.token, b) if speculative else task
+            pk = self._primary_key[b]
+            primary = task.substitute({}, key=pk) if pk != key else task
+            primary = _timed(primary, self.token, b) if speculative else primary
             if self._held[b]:
-                free[key] = primary
+                free[pk] = primary
             else:
-                pinned[key] = primary
-                where_to[key] = [primaries[b]]
+                pinned[pk] = primary
+                where_to[pk] = [primaries[b]]
             self.report.workers[b] = primaries[b]
             if at_once and backups[b] is not None:
                 ck = keys.copy_key(self.token, b)
@@ -193,9 +205,9 @@ class RedundantJob(JobHandle):
         data_outputs = [k for k in layer.outputs if not _is_output_of_block(layer, k)]
         keep_inputs = [d for d in needed if d in layer.graph] if speculative else []
         graph = _graph(nodes, free, pinned, copies, where_to, self.policy)
-        wanted = [*layer.blocks, *copies, *data_outputs, *keep_inputs]
+        wanted = [*self._primary_key, *copies, *data_outputs, *keep_inputs]
         futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
-        for b, key in enumerate(layer.blocks):
+        for b, key in enumerate(self._primary_key):
             self._track(b, 0, futures[key])
             ck = keys.copy_key(self.token, b)
             if ck in futures:
