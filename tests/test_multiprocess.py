@@ -176,3 +176,53 @@ def test_coded_job_on_a_multiprocess_cluster(cluster):
         assert 'dask_bacc_tasks_total{outcome="used"} 2.0' in body
         status, body = _get(port, "/bacc")
         assert status == 200 and "bokeh" in body.lower()
+
+
+@pytest.mark.timeout(240)
+def test_exact_copies_of_a_layer_on_a_multiprocess_cluster(cluster):
+    """Issue 25 on real processes: ``coded(..., code="repetition")`` and
+    ``map_coded(f, ddf, code="speculative")`` copy the tasks of a map over 8 partitions on
+    4 workers (K > W) and finish while worker w2 holds every task it starts (gated on a
+    ``distributed.Event``, released at the end): each of its partitions comes from the
+    other copy, and the answer is plain Dask's."""
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Event, wait
+
+    sched, procs = cluster
+    with Client(sched["address"], timeout=60) as client:
+        _wait_for(
+            lambda: len(client.scheduler_info()["workers"]) == N_WORKERS, "the workers", procs
+        )
+
+        def gated(part):  # defined here: pickled by value, the workers cannot import tests
+            from distributed import Event, get_worker
+
+            if get_worker().name == "w2":
+                Event("bacc-mp-gate").wait(timeout=600)
+            return part * 2
+
+        pdf = pd.DataFrame({"a": np.arange(40.0), "b": np.arange(40)})
+        ddf = dd.from_pandas(pdf, npartitions=8).persist()
+        wait(ddf)
+        gate = Event("bacc-mp-gate", client=client)
+        try:
+            meta = pdf.iloc[:0]  # f runs on workers only (get_worker)
+            z = dask_bacc.coded(ddf.map_partitions(gated, meta=meta), code="repetition")
+            got = client.compute(z).result(timeout=120)
+            pd.testing.assert_frame_equal(got, pdf * 2)
+            rep = dask_bacc.report_of(z, client)
+            assert (rep.K, rep.N, rep.status) == (8, 16, "finished")
+            assert len(rep.returned) == 8 and rep.estimate_method == "exact"
+
+            out = dask_bacc.map_coded(
+                gated,
+                ddf,
+                code="speculative",
+                code_options={"quantile": 0.5, "min_tasks": 1, "min_runtime": 0.1},
+                client=client,
+                meta=meta,
+            )
+            pd.testing.assert_frame_equal(client.compute(out).result(timeout=120), pdf * 2)
+        finally:
+            gate.set()

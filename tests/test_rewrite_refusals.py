@@ -315,9 +315,7 @@ async def test_xarray_template_that_does_not_match_is_checked(c, s, *workers):
     ).chunk({"x": 4})
     y = xr.map_blocks(lambda o: o.assign_coords(y=[5, 6]), grid, template=grid)
     assert issubclass((await error_of(c, y))[0], ValueError)
-    assert_refused(
-        await error_of(c, dask_bacc.coded(y, code="uncoded")), r"index coordinate 'y'"
-    )
+    assert_refused(await error_of(c, dask_bacc.coded(y, code="uncoded")), r"index coordinate 'y'")
     # a template whose coordinate along the mapped dimension differs from the input's
     arr = labelled()
     y = xr.map_blocks(lambda o: o, arr, template=arr.assign_coords(x=arr.x + 1))

@@ -98,6 +98,36 @@ def _name(key: Key) -> str:
     return str(key[0]) if isinstance(key, tuple) else str(key)
 
 
+def _inline_aliases(graph: dict[Key, GraphNode], keep: set[Key]) -> dict[Key, GraphNode]:
+    """``graph`` with every task reading the target of an alias it read (an alias of an
+    alias followed to the end), and the aliases no task reads any more dropped (but those
+    in ``keep``, the outputs).
+
+    A dask-expr collection built on a persisted one reads its partitions through alias
+    tasks; on the cluster an alias is a task of its own, scheduled where its target is,
+    and a worker whose thread is held by a late task would hold every copy reading it.
+    """
+    from dask._task_spec import Alias
+
+    def end(key: Key) -> Key:
+        seen = set()
+        while isinstance(graph.get(key), Alias) and key not in seen:
+            seen.add(key)
+            key = graph[key].target  # type: ignore[attr-defined]
+        return key
+
+    target = {k: end(k) for k, node in graph.items() if isinstance(node, Alias)}
+    target = {k: t for k, t in target.items() if t != k}
+    if not target:
+        return graph
+    out: dict[Key, GraphNode] = {}
+    for key, node in graph.items():
+        subs: dict[Key, Key | GraphNode] = {d: target[d] for d in node.dependencies if d in target}
+        out[key] = node.substitute(subs) if subs and not isinstance(node, Alias) else node
+    read = {d for node in out.values() if not isinstance(node, Alias) for d in node.dependencies}
+    return {k: n for k, n in out.items() if k not in target or k in read or k in keep}
+
+
 def final_layer(collection: Any) -> Layer:
     """The final layer of ``collection`` (any dask collection).
 
@@ -114,8 +144,8 @@ def final_layer(collection: Any) -> Layer:
     if not dask.is_dask_collection(collection):
         raise RewriteError(f"expected a dask collection, got {type(collection).__name__}")
     expr = collections_to_expr([collection], True).optimize()
-    graph = convert_legacy_graph(dict(expr.__dask_graph__()))
     outputs = list(flatten(expr.__dask_keys__()))
+    graph = _inline_aliases(convert_legacy_graph(dict(expr.__dask_graph__())), set(outputs))
     output_of: dict[Key, list[Key]] = {}
     for out in outputs:
         key, node = out, graph.get(out)

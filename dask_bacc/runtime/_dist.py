@@ -169,6 +169,12 @@ def subscribe_topic(client: Client, topic: str, handler: Callable[[Any], None]) 
 
 
 def unsubscribe_topic(client: Client, topic: str) -> None:
-    """``client.unsubscribe_topic(topic)``."""
-    run = cast("Callable[[str], None]", client.unsubscribe_topic)
-    run(topic)
+    """``client.unsubscribe_topic(topic)``, and the handler dropped: distributed (2026.8)
+    tells the scheduler but keeps the handler in ``client._event_handlers`` for ever, and a
+    bound method there would keep its job (and the futures it returned) alive."""
+    if client.status == "running":  # a closed client has no subscription left
+        run = cast("Callable[[str], None]", client.unsubscribe_topic)
+        run(topic)
+    handlers = getattr(client, "_event_handlers", None)
+    if isinstance(handlers, dict):
+        handlers.pop(topic, None)

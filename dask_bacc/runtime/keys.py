@@ -102,9 +102,9 @@ def primary_key(token: str, i: int) -> tuple[str, int]:
     return (_name("primary", token), i)
 
 
-def copy_key(token: str, i: int) -> tuple[str, int]:
-    """The backup copy of block ``i`` of a redundant layer."""
-    return (_name("copy", token), i)
+def copy_key(token: str, i: int, round: int = 1) -> tuple[str, int]:
+    """Backup copy ``round`` of block ``i`` of a redundant layer (1: the first backup)."""
+    return (_name("copy", token, round), i)
 
 
 def start_topic(token: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 __all__ = ["choose_workers", "place_copies", "spread_order"]
@@ -97,8 +97,9 @@ def spread_order(n: int) -> list[int]:
     return [i for i in reversed_ if i < n]
 
 
-#: how a backup's worker is chosen: most input bytes held, least loaded, spread
-Rank = tuple[int, int, int]
+#: how a backup's worker is chosen: most input bytes held, not yet holding a backup of the
+#: same primary worker's blocks, least loaded, then the next after the primary's
+Rank = tuple[int, int, int, int]
 
 
 def place_copies(
@@ -106,16 +107,19 @@ def place_copies(
     primary: Sequence[str | None],
     held: Sequence[Mapping[str, int]],
     load: Mapping[str, int] | None = None,
+    exclude: Sequence[Collection[str]] | None = None,
 ) -> tuple[list[str], list[str | None]]:
     """Where the two copies of each block run: ``(primaries, backups)``.
 
     A block's primary goes where most of its input bytes are (``primary[b]`` when known,
     else the largest holder in ``held[b]``, else round-robin over ``workers``); its backup
-    goes to another worker, the one holding most of its input bytes besides (a replica
-    holder), then the least loaded, then the next after the primary's in ``workers``
-    order shifted by how many of that primary's blocks were placed already, so a slow
-    worker's blocks have their backups on different workers. No worker gets both copies
-    of a block; with one worker there is no backup (None).
+    goes to another worker: the one holding most of its input bytes besides (a replica
+    holder), then one that holds no backup of the same primary worker's blocks yet (so a
+    slow worker's blocks have their backups on ``min(blocks, W - 1)`` different workers,
+    replica holders aside), then the least loaded, then the next after the primary's in
+    ``workers`` order shifted by how many of that primary's blocks were placed already.
+    No worker gets both copies of a block; with one worker (or every other worker
+    excluded) there is no backup (None).
 
     Parameters
     ----------
@@ -127,6 +131,9 @@ def place_copies(
         Per block: worker -> bytes of the block's inputs it holds.
     load : mapping, optional
         Tasks each worker runs already (the backups placed here are added).
+    exclude : sequence of collections, optional
+        Per block: workers that must not get its backup (they run other copies of it);
+        None when every worker is excluded.
     """
     if not workers:
         raise ValueError("no worker to place copies on")
@@ -134,26 +141,36 @@ def place_copies(
     W = len(workers)
     count = {w: int((load or {}).get(w, 0)) for w in workers}
     placed_from: dict[str, int] = defaultdict(int)
+    #: per primary worker, the workers its blocks' backups went to in the current round
+    used: dict[str, set[str]] = defaultdict(set)
     primaries: list[str] = []
     backups: list[str | None] = []
-    for b, (known, have) in enumerate(zip(primary, held, strict=True)):
+    banned: Sequence[Collection[str]] = exclude if exclude is not None else [()] * len(primary)
+    for b, (known, have, no) in enumerate(zip(primary, held, banned, strict=True)):
         p = known if known in index else None
         if p is None:
             holders = [w for w in have if w in index and have[w] > 0]
             p = max(holders, key=lambda w: (have[w], -index[w])) if holders else workers[b % W]
         primaries.append(p)
-        if W == 1:
+        candidates = [w for w in workers if w != p and w not in no]
+        if not candidates:
             backups.append(None)
             continue
         shift = placed_from[p]
         placed_from[p] += 1
+        if len(used[p]) >= W - 1:  # every other worker has one of p's backups: a new round
+            used[p] = set()
 
-        def rank(
-            w: str, p: str = p, shift: int = shift, have: Mapping[str, int] = have
-        ) -> tuple[int, int, int]:
-            return (-have.get(w, 0), count[w], (index[w] - index[p] - 1 - shift) % W)
+        def rank(w: str, p: str = p, shift: int = shift, have: Mapping[str, int] = have) -> Rank:
+            return (
+                -have.get(w, 0),
+                int(w in used[p]),
+                count[w],
+                (index[w] - index[p] - 1 - shift) % W,
+            )
 
-        q = min((w for w in workers if w != p), key=rank)
+        q = min(candidates, key=rank)
         count[q] += 1
+        used[p].add(q)
         backups.append(q)
     return primaries, backups

@@ -14,6 +14,12 @@ intact) and a backup under ``("bacc-copy-<token>", i)`` on another worker
 * :class:`~.speculative.Speculation` launches a backup once a primary has run longer than
   its rule's threshold (the primaries report when they start: :func:`~.worker.run_started`).
 
+Under both, a block whose copies all run late by the rule gets one more copy, on a worker
+holding none of its copies (repetition "plus a re-run of a late copy"; a copy stuck on a
+frozen worker never holds the job), and in the tail (no more blocks than workers left) a
+primary that has not started a threshold later counts as late: it waits behind a late task
+on its worker.
+
 The first copy of a block to finish gives it, the other is cancelled. No decode, no
 conversion: the output is the blocks that came back, each the object ``f`` returned
 (pandas stays pandas), under the collection's keys renamed (:meth:`~.Layer.rebuild`). f's
@@ -27,7 +33,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distributed.client import FutureCancelledError
@@ -55,28 +61,30 @@ EXACT_LAYER_CODES = ("repetition", "speculative")
 
 @dataclass(frozen=True)
 class Repetition:
-    """Two copies of every task at once; the backups at a lower priority."""
+    """Two copies of every task at once (the backups at a lower priority), and a further
+    copy of a task whose copies all run late by ``rule``."""
 
+    rule: Speculation = field(default_factory=Speculation.spark)
     #: Dask priority of the backups (the primaries have 0: a worker runs those first)
     priority: int = -1
-    rule: str = "repetition"
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> Repetition:
+        """The re-run rule from ``code_options`` over ``bacc.speculative``."""
+        return cls(rule=Speculation.from_options(options))
 
 
 Policy = Repetition | Speculation
 
 
 def policy_for(code: str, options: Mapping[str, Any] | None = None) -> Policy:
-    """The policy of an exact layer code (``"repetition"`` or ``"speculative"``)."""
+    """The policy of an exact layer code (``"repetition"`` or ``"speculative"``);
+    ``options``: the rule for late copies (``rule``, ``multiplier``, ``quantile`` ...)."""
     options = dict(options or {})
     if code == "speculative":
         return Speculation.from_options(options)
     if code == "repetition":
-        if options:
-            raise TypeError(
-                f"code='repetition' on a dask collection takes no code_options, got "
-                f"{sorted(options)}"
-            )
-        return Repetition()
+        return Repetition.from_options(options)
     raise ValueError(f"not an exact layer code: {code!r}; use one of {EXACT_LAYER_CODES}")
 
 
@@ -87,7 +95,8 @@ class RedundantJob(JobHandle):
     collection. :meth:`result` gives the collection, of the same type, backed by the
     winning copies (``gather=False``) or, in a driver task, the computed blocks.
 
-    Copy ``i < K`` of the report is block i's primary, ``K + i`` its backup.
+    Copy ``c`` of block ``b`` is ``b + c * K`` in the report: ``b`` its primary, ``K + b``
+    its first backup, ``2K + b`` a further copy launched when both ran late.
     """
 
     def __init__(
@@ -104,16 +113,21 @@ class RedundantJob(JobHandle):
         self.client = client
         self.layer = layer
         self.policy = policy
+        self.rule = policy.rule if isinstance(policy, Repetition) else policy
         self.timeout = timeout
         self.gather = gather
         self.token = uuid.uuid4().hex
         self.K = K = len(layer.blocks)
+        # off the avoided workers (a driver task's: its output chunks read the blocks
+        # there, and must not queue behind a late copy) unless that leaves fewer than two
         others = {a: w for a, w in workers.items() if a not in avoid}
-        pool = others or dict(workers)
+        pool = others if len(others) >= 2 else dict(workers)
+        #: every copy is restricted to the pool (else the primaries go where Dask puts them)
+        self._fenced = len(pool) < len(workers)
         self.workers = choose_workers(
             pool, len(pool), spread_hosts=bool(config.get("spread-hosts"))
         )
-        name = "speculative" if isinstance(policy, Speculation) else "repetition"
+        name = "repetition" if isinstance(policy, Repetition) else "speculative"
         self.report = JobReport(
             token=self.token,
             func=layer.name,
@@ -127,12 +141,16 @@ class RedundantJob(JobHandle):
         self._copies: dict[int, dict[int, Future[Any]]] = {b: {} for b in range(K)}
         self._index_of: dict[Key, tuple[int, int]] = {}  # future key -> (block, copy)
         self._winner: dict[int, Future[Any]] = {}
-        self._deps: dict[Key, Future[Any]] = {}  # inputs held for backups not launched yet
+        self._deps: dict[Key, Future[Any]] = {}  # inputs held for copies not launched yet
         self._users: Counter[Key] = Counter()  # input key -> blocks still needing it
         self._held: list[dict[str, int]] = []  # per block: worker -> input bytes held
-        self._started: dict[int, tuple[str, float]] = {}  # primary -> (worker, when)
-        self._running: Counter[str] = Counter()  # primaries started, per worker
+        #: per block: copy -> the worker it runs on (a primary's once it started)
+        self._on: dict[int, dict[int, str]] = {b: {} for b in range(K)}
+        self._primary_start: dict[int, float] = {}
+        self._since: dict[int, float] = {}  # per block: when its newest copy started
+        self._busy: Counter[str] = Counter()  # copies of this job in flight, per worker
         self._durations: list[float] = []  # run times of the primaries that won
+        self._tail_since: float | None = None  # when no more blocks than workers were left
         self._ac: _dist.FutureQueue | None = None
         self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
         self._primary_key: list[Key] = []  # the key each block's primary runs under
@@ -167,17 +185,14 @@ class RedundantJob(JobHandle):
             for b in range(K)
         ]
         primaries, backups = place_copies(self.workers, [None] * K, self._held)
-        at_once = isinstance(self.policy, Repetition)
-        speculative = isinstance(self.policy, Speculation)
         nodes: dict[Key, GraphNode] = {k: v for k, v in layer.graph.items() if k not in block_set}
         free: dict[Key, GraphNode] = {}  # primaries Dask places next to their data
         pinned: dict[Key, GraphNode] = {}  # primaries with no input yet: spread by us
-        copies: dict[Key, GraphNode] = {}
         where_to: dict[Key, list[str]] = {}
         # the primaries run under keys of their own: the plain collection's keys may be
-        # computed by another graph with another spec (a speculative primary is wrapped),
-        # and the scheduler must never see one key with two specs. A block another task
-        # of the graph reads keeps its key.
+        # computed by another graph with another spec (a primary is wrapped to say when
+        # it starts), and the scheduler must never see one key with two specs. A block
+        # another task of the graph reads keeps its key.
         read = {d for node in layer.graph.values() for d in node.dependencies}
         self._primary_key = [
             key if key in read else keys.primary_key(self.token, b)
@@ -186,40 +201,66 @@ class RedundantJob(JobHandle):
         for b, key in enumerate(layer.blocks):
             task: Task = layer.graph[key]  # type: ignore[assignment]
             pk = self._primary_key[b]
-            primary = task.substitute({}, key=pk) if pk != key else task
-            primary = _timed(primary, self.token, b) if speculative else primary
-            if self._held[b]:
+            primary = _timed(task.substitute({}, key=pk) if pk != key else task, self.token, b)
+            if self._held[b] and not self._fenced:
                 free[pk] = primary
             else:
                 pinned[pk] = primary
-                where_to[pk] = [primaries[b]]
+                # next to its input among the pool, or spread when it has none yet
+                where_to[pk] = list(self.workers) if self._held[b] else [primaries[b]]
             self.report.workers[b] = primaries[b]
-            if at_once and backups[b] is not None:
-                ck = keys.copy_key(self.token, b)
-                copies[ck] = task.substitute({}, key=ck)
-                where_to[ck] = [str(backups[b])]
+        at_once = isinstance(self.policy, Repetition)
+        copies, planned = self._copy_nodes(
+            [(b, 1, str(q)) for b, q in enumerate(backups) if at_once and q is not None],
+            where_to,
+        )
         for b in range(K):
             for d in inputs[b]:
                 self._users[d] += 1
-        # data outputs (a persisted collection's keys) and the inputs a late backup reads
+        # data outputs (a persisted collection's keys) and the inputs a late copy reads
         data_outputs = [k for k in layer.outputs if not _is_output_of_block(layer, k)]
-        keep_inputs = [d for d in needed if d in layer.graph] if speculative else []
-        graph = _graph(nodes, free, pinned, copies, where_to, self.policy)
+        keep_inputs = [d for d in needed if d in layer.graph]
+        # repetition's backups wait behind the primaries on their worker
+        graph = _graph(nodes, free, pinned, copies, where_to, Repetition.priority)
+        # before the graph, on the same stream: no start event is missed
+        _dist.subscribe_topic(self.client, keys.start_topic(self.token), self._on_start)
         wanted = [*self._primary_key, *copies, *data_outputs, *keep_inputs]
         futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
         for b, key in enumerate(self._primary_key):
             self._track(b, 0, futures[key])
-            ck = keys.copy_key(self.token, b)
-            if ck in futures:
-                self._track(b, 1, futures[ck])
-                self.report.backups.append(b)
-        self.report.N = K + len(self.report.backups)
+        for ck, (b, c, q) in planned.items():
+            self._launched(b, c, q, futures[ck])
         self._data = {k: futures[k] for k in data_outputs}
         self._deps = {d: futures[d] for d in keep_inputs}
-        if speculative:
-            topic = keys.start_topic(self.token)
-            _dist.subscribe_topic(self.client, topic, self._on_start)
         self._task = asyncio.ensure_future(self._run())
+
+    def _copy_nodes(
+        self, plan: list[tuple[int, int, str]], where_to: dict[Key, list[str]]
+    ) -> tuple[dict[Key, GraphNode], dict[Key, tuple[int, int, str]]]:
+        """The tasks of copies ``(block, copy, worker)``: the block's task under the copy's
+        key, to run on that worker (noted in ``where_to``); and key -> its plan entry."""
+        nodes: dict[Key, GraphNode] = {}
+        planned: dict[Key, tuple[int, int, str]] = {}
+        for b, c, q in plan:
+            ck = keys.copy_key(self.token, b, round=c)
+            task: Task = self.layer.graph[self.layer.blocks[b]]  # type: ignore[assignment]
+            nodes[ck] = task.substitute({}, key=ck)
+            where_to[ck] = [q]
+            planned[ck] = (b, c, q)
+        return nodes, planned
+
+    def _launched(self, b: int, c: int, worker: str, fut: Future[Any]) -> None:
+        self._track(b, c, fut)
+        self._on[b][c] = worker
+        self._busy[worker] += 1
+        self._note_worker(b + c * self.K, worker)
+        self.report.backups.append(b)
+        self.report.N = self.K + len(self.report.backups)
+
+    def _note_worker(self, i: int, worker: str) -> None:
+        workers = self.report.workers
+        workers.extend([""] * (i + 1 - len(workers)))
+        workers[i] = worker
 
     async def _where(self, needed: list[Key]) -> dict[Key, dict[str, int]]:
         """Input key -> {worker: its bytes} for the inputs already in memory."""
@@ -236,11 +277,15 @@ class RedundantJob(JobHandle):
         self._index_of[fut.key] = (b, copy)
 
     def _on_start(self, event: tuple[float, Any]) -> None:
-        b, worker = event[1]
-        if b not in self._winner and b not in self._started:
-            self._started[int(b)] = (str(worker), self._elapsed())
-            self._running[str(worker)] += 1
-            self.report.workers[int(b)] = str(worker)
+        b, worker = int(event[1][0]), str(event[1][1])
+        if b in self._winner or 0 in self._on[b]:
+            return
+        now = self._elapsed()
+        self._on[b][0] = worker
+        self._primary_start[b] = now
+        self._since[b] = max(self._since.get(b, now), now)
+        self._busy[worker] += 1
+        self.report.workers[b] = worker
 
     # -- the loop -----------------------------------------------------------------------
     async def _run(self) -> None:
@@ -268,25 +313,20 @@ class RedundantJob(JobHandle):
         for copies in self._copies.values():
             for fut in copies.values():
                 ac.add(fut)
-        speculative = isinstance(self.policy, Speculation)
-        tick = self.policy.interval if isinstance(self.policy, Speculation) else None
         while len(self._winner) < self.K:
             if self._cancel_requested:
                 raise asyncio.CancelledError
-            if speculative:
-                await self._speculate()
-            wait_for = tick
+            await self._rerun_late()
+            wait_for = self.rule.interval
             if self.timeout is not None:
                 left = self.timeout - self._elapsed()
                 if left <= 0:
                     raise self._timed_out()
-                wait_for = left if wait_for is None else min(wait_for, left)
+                wait_for = min(wait_for, left)
             try:
                 fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
-            except asyncio.TimeoutError:
-                continue
-            except StopAsyncIteration:
-                raise RuntimeError(f"coded job {self.token}: no copy left to wait for") from None
+            except (asyncio.TimeoutError, StopAsyncIteration):
+                continue  # a late copy may be launched on the next turn
             losers: list[Future[Any]] = []
             for f in [fut, *ac.next_batch(block=False)]:
                 losers += await self._arrived(f)
@@ -324,11 +364,10 @@ class RedundantJob(JobHandle):
             self.report.returned.append(i)
             self.report.arrival[i] = now
             self.report.slowest_used = now
-            started = self._started.pop(b, None)
-            if started is not None:
-                self._running[started[0]] -= 1
-                if copy == 0:
-                    self._durations.append(now - started[1])
+            if copy == 0 and b in self._primary_start:
+                self._durations.append(now - self._primary_start[b])
+            for w in self._on[b].values():
+                self._busy[w] -= 1
             self._release_inputs(b)
             losers = [f for c, f in self._copies[b].items() if c != copy]
             self.report.straggled += [b + c * self.K for c in self._copies[b] if c != copy]
@@ -338,7 +377,7 @@ class RedundantJob(JobHandle):
             exc = await _dist.exception(fut)
             self.report.failed[b + copy * self.K] = describe(exc)
             if others and _lost_worker(exc):
-                return []  # the other copy may still give the block
+                return []  # another copy may still give the block
             assert exc is not None
             raise exc
         self.report.failed[b + copy * self.K] = f"task {fut.status}"
@@ -356,46 +395,56 @@ class RedundantJob(JobHandle):
                     if held is not None:
                         _dist.release(held)
 
-    async def _speculate(self) -> None:
-        """Launch the backups the rule asks for now."""
-        assert isinstance(self.policy, Speculation)
-        threshold = self.policy.threshold(self.K, self._durations)
+    async def _rerun_late(self) -> None:
+        """Launch a copy of each block whose copies all run late by the rule: its newest
+        copy started longer than the threshold ago (speculative: the primary; repetition:
+        the primary and its backup), or, in the tail, its primary never started."""
+        threshold = self.rule.threshold(self.K, self._durations)
         if threshold is None:
             return
         now = self._elapsed()
-        late = [
-            b
-            for b, (_, t) in self._started.items()
-            if now - t > threshold and b not in self._winner and 1 not in self._copies[b]
-        ]
+        # the tail: no more blocks left than workers, so each should be running. A primary
+        # that has not started a threshold later is queued behind a late task on its
+        # worker (work stealing did not move it): late too
+        tail = self.K - len(self._winner) <= len(self.workers)
+        if tail and self._tail_since is None:
+            self._tail_since = now
+        late = []
+        for b in range(self.K):
+            if b in self._winner or len(self._on[b]) >= len(self.workers):
+                continue
+            since = self._since.get(b)
+            if since is None:  # no copy started: queued
+                if self._tail_since is not None and now - self._tail_since > threshold:
+                    late.append(b)
+            elif now - since > threshold:
+                late.append(b)
         if not late:
             return
-        ordered = [self._started[b][0] for b in late]
-        _, backups = place_copies(
-            self.workers, ordered, [self._held[b] for b in late], self._running
+        _, chosen = place_copies(
+            self.workers,
+            [self._on[b].get(0) for b in late],
+            [self._held[b] for b in late],
+            self._busy,
+            exclude=[set(self._on[b].values()) for b in late],
         )
-        nodes: dict[Key, GraphNode] = {}
-        where_to: dict[Key, list[str]] = {}
-        block_of: dict[Key, int] = {}
-        for b, q in zip(late, backups, strict=True):
-            if q is None:
-                continue
-            ck = keys.copy_key(self.token, b)
-            block_of[ck] = b
-            task: Task = self.layer.graph[self.layer.blocks[b]]  # type: ignore[assignment]
-            nodes[ck] = task.substitute({}, key=ck)
-            where_to[ck] = [q]
-        if not nodes:
+        plan = [
+            (b, max(self._copies[b]) + 1, q)
+            for b, q in zip(late, chosen, strict=True)
+            if q is not None
+        ]
+        if not plan:
             return
-        graph = _graph({}, {}, {}, nodes, where_to, self.policy)
-        futures = _dist.get(self.client, graph, list(nodes))
+        where_to: dict[Key, list[str]] = {}
+        nodes, planned = self._copy_nodes(plan, where_to)
+        # a late copy goes first on its worker
+        futures = _dist.get(self.client, _graph({}, {}, {}, nodes, where_to, 1), list(nodes))
         assert self._ac is not None
-        for copy_key, fut in zip(nodes, futures, strict=True):
-            b = block_of[copy_key]
-            self._track(b, 1, fut)
+        for ck, fut in zip(nodes, futures, strict=True):
+            b, c, q = planned[ck]
+            self._launched(b, c, q, fut)
+            self._since[b] = now
             self._ac.add(fut)
-            self.report.backups.append(b)
-        self.report.N = self.K + len(self.report.backups)
 
     def _timed_out(self) -> Exception:
         missing = self.K - len(self._winner)
@@ -413,8 +462,7 @@ class RedundantJob(JobHandle):
         ]
         self._finished = True
         self._done_event.set()
-        if isinstance(self.policy, Speculation):
-            _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
+        _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
         if pending and self.report.status != "finished":
             await _dist.cancel(self.client, pending, reason="bacc: the job ended")
         for held in self._deps.values():
@@ -449,15 +497,13 @@ def _graph(
     pinned: dict[Key, GraphNode],
     copies: dict[Key, GraphNode],
     where_to: dict[Key, list[str]],
-    policy: Policy,
+    priority: int,
 ) -> Any:
     """One graph for one ``update-graph`` message: the layer's inputs, the primaries
     (loosely pinned where Dask has no data to place them by) and the backups (on their
     worker; loose, so a backup whose worker left runs elsewhere rather than never)."""
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-    # repetition's backups wait behind the primaries; a late task's backup goes first
-    priority = policy.priority if isinstance(policy, Repetition) else 1
     layers: dict[str, MaterializedLayer] = {}
     parts: list[tuple[str, dict[Key, GraphNode], dict[str, Any] | None]] = [
         ("inputs", nodes, None),

@@ -1,0 +1,525 @@
+"""The exact codes on any collection's final layer: ``coded(coll, code="repetition" |
+"speculative")`` and ``map_coded`` on a dask DataFrame run each task of the layer plain Dask
+would run with a backup copy (``runtime.redundant``); the result is identical to plain Dask's.
+
+Also: the layer as read from the installed Dask (``collections.layer``), and the placement of
+the two copies of each block (``runtime.placement.place_copies``, property-tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import sys
+from collections import defaultdict
+
+import cloudpickle
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from cluster_helpers import checked_local_cluster, gen_cluster, idle
+from dask.core import flatten
+from distributed import Client, Event, get_worker
+from distributed.utils_test import captured_logger
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import dask_bacc
+from dask_bacc import RewriteError
+from dask_bacc.collections.layer import final_layer
+from dask_bacc.runtime.placement import place_copies
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+CODES = ["repetition", "speculative"]
+
+
+# -- mapped functions (module level: pickled by value) ------------------------------------
+def affine(b):
+    return b * 3 - 1
+
+
+def weighted(a, w):
+    return a * w + 1
+
+
+def where_am_i(b, block_info=None):
+    rows, cols = block_info[0]["array-location"]
+    i, j = block_info[None]["chunk-location"]
+    return b + rows[0] * 1000 + cols[0] * 100 + i * 10 + j
+
+
+def with_block_id(b, block_id=None):
+    return b * 0 + block_id[0] * 10 + block_id[1]
+
+
+def row_sums(b):
+    return b.sum(axis=1)
+
+
+def two_columns(b):
+    return np.stack([b, b * 2], axis=1)
+
+
+def neighbours(b):
+    return b + np.roll(b, 1, axis=0) - np.roll(b, -1, axis=1)
+
+
+def rolling_sum(p):
+    return p.rolling(3).sum()
+
+
+def scale(b, factor):
+    return b * factor
+
+
+def tag_partition(p, partition_info=None):
+    number = -1 if partition_info is None else partition_info["number"]
+    return p.assign(part=number, c=p.a * 2 + p.b)
+
+
+def triple(s):
+    return s * 3
+
+
+def exact_edit(p):
+    return p.assign(big=p.big + 1, s=p.s.str.upper())
+
+
+def xr_block(b):
+    return b * 2 + b["t"]
+
+
+def xr_double(d):
+    return d * 2
+
+
+def mask_large(b):
+    return np.ma.masked_greater(b, 50)
+
+
+def fails_on_block_2(b, block_id=None):
+    if block_id == (2,):
+        raise ZeroDivisionError(f"block {block_id} refused")
+    return b
+
+
+def shifted(b, block=0):
+    """A mapped function with a keyword argument named ``block``."""
+    return b + block
+
+
+def gated(b, event, block_id=None):
+    """Block 0's primary waits for the distributed Event ``event``; every other task (and
+    block 0's backup copy, ``("bacc-copy-<token>", 0)``) runs at once."""
+    key = get_worker().get_current_task()
+    name = key[0] if isinstance(key, tuple) else key
+    if block_id == (0,) and not str(name).startswith("bacc-copy-"):
+        Event(event).wait()
+    return b * 2
+
+
+def add_index(p):
+    return p.assign(c=p.a + p.index.to_numpy())
+
+
+# -- the collections ----------------------------------------------------------------------
+def x2d():
+    """(10, 10) int64 in chunks (3, 4): ragged along both axes."""
+    return da.arange(100, chunks=30).reshape(10, 10).rechunk((3, 4))
+
+
+def f2d():
+    """(10, 11) float64 in chunks (3, 4)."""
+    data = np.random.default_rng(3).standard_normal((10, 11))
+    return da.from_array(data, chunks=(3, 4))
+
+
+def frame(divisions=(0, 2, 3, 11, 20, 22)):
+    """23 rows in uneven partitions."""
+    rows = 23
+    pdf = pd.DataFrame(
+        {"a": np.arange(rows, dtype="int64"), "b": np.linspace(0.0, 1.0, rows)},
+        index=pd.RangeIndex(rows),
+    )
+    return dd.from_pandas(pdf, npartitions=1).repartition(divisions=list(divisions))
+
+
+def exact_frame():
+    n = 12
+    pdf = pd.DataFrame(
+        {
+            "big": np.int64(2**53) + np.arange(n, dtype="int64") * 3 + 1,
+            "name": pd.Series([f"row{i}" * (i % 3 + 1) for i in range(n)], dtype=object),
+            "s": [f"s{i}" for i in range(n)],
+        }
+    )
+    return dd.from_pandas(pdf, npartitions=4)
+
+
+def darray():
+    t, x, c = 10, 11, 2
+    values = np.arange(t * x * c, dtype="float64").reshape(t, x, c)
+    arr = xr.DataArray(
+        values,
+        dims=("t", "x", "c"),
+        coords={"t": np.arange(t), "x": np.linspace(0.0, 1.0, x), "c": ["p", "q"]},
+        attrs={"units": "m"},
+        name="v",
+    )
+    return arr.chunk({"t": 3, "x": 4})
+
+
+def dataset():
+    arr = darray()
+    ds = xr.Dataset({"v": arr, "w": arr.isel(c=0) * 10}, attrs={"title": "two vars"})
+    return ds.chunk({"t": 3, "x": 4})
+
+
+CASES = {
+    # 1. ragged chunks
+    "ragged-1d": lambda: da.arange(10, chunks=3).map_blocks(affine),
+    "ragged-2d-int": lambda: x2d().map_blocks(affine),
+    "ragged-2d-float": lambda: f2d().map_blocks(np.tanh),
+    # 2. several chunked inputs, broadcast
+    "two-inputs-1d-w": lambda: da.map_blocks(
+        weighted, x2d(), da.arange(10, chunks=4).astype("float64")
+    ),
+    "two-inputs-row-w": lambda: da.map_blocks(
+        weighted, x2d(), da.arange(10, chunks=4).reshape(1, 10)
+    ),
+    "two-inputs-column-w": lambda: da.map_blocks(
+        weighted, x2d(), da.arange(10, chunks=3).reshape(10, 1) * 0.5
+    ),
+    # 3. block_info, block_id
+    "block-info": lambda: x2d().map_blocks(where_am_i, dtype="int64"),
+    "block-id": lambda: x2d().map_blocks(with_block_id, dtype="int64"),
+    # 4. drop_axis, new_axis
+    "drop-axis": lambda: x2d().map_blocks(row_sums, drop_axis=1, dtype="int64"),
+    "new-axis": lambda: da.arange(10, chunks=3).map_blocks(
+        two_columns, new_axis=1, chunks=((3, 3, 3, 1), (2,)), dtype="int64"
+    ),
+    # 5. overlapping maps
+    "map-overlap": lambda: f2d().map_overlap(neighbours, depth=1, boundary="reflect"),
+    "frame-map-overlap": lambda: frame((0, 4, 7, 15, 22)).map_overlap(rolling_sum, 2, 0),
+    # 6. a delayed argument
+    "delayed-arg": lambda: f2d().map_blocks(scale, dask.delayed(np.float64(2.5)), dtype="float64"),
+    # 7. dataframes
+    "frame-partition-info": lambda: frame().map_partitions(tag_partition),
+    "series": lambda: frame()["a"].map_partitions(triple),
+    "frame-big-int-and-strings": lambda: exact_frame().map_partitions(exact_edit),
+    # 8. xarray
+    "xr-map-blocks-dataarray": lambda: xr.map_blocks(xr_block, darray(), template=darray()),
+    "xr-map-blocks-dataset": lambda: xr.map_blocks(xr_double, dataset(), template=dataset()),
+    "xr-apply-ufunc": lambda: xr.apply_ufunc(
+        np.tanh, darray(), dask="parallelized", output_dtypes=["float64"], keep_attrs=True
+    ),
+    # 9. a masked result
+    "masked": lambda: x2d().map_blocks(mask_large),
+    # a keyword argument named like run_started's parameters (an array task keeps it inside)
+    "kwarg-named-block": lambda: da.arange(10, chunks=3).map_blocks(shifted, block=5),
+    # a reduction's final layer
+    "sum": lambda: x2d().sum(),
+}
+
+
+def assert_identical(got, plain):
+    """``got`` is ``plain``: same type, values, dtypes, labels and attributes."""
+    assert type(got) is type(plain)
+    if isinstance(plain, (xr.DataArray, xr.Dataset)):
+        xr.testing.assert_identical(got, plain)
+        variables = plain.variables if isinstance(plain, xr.Dataset) else {"": plain.variable}
+        got_vars = got.variables if isinstance(got, xr.Dataset) else {"": got.variable}
+        for name, var in variables.items():
+            assert got_vars[name].dtype == var.dtype, name
+    elif isinstance(plain, pd.DataFrame):
+        pd.testing.assert_frame_equal(got, plain, check_exact=True)
+    elif isinstance(plain, pd.Series):
+        pd.testing.assert_series_equal(got, plain, check_exact=True)
+    elif isinstance(plain, np.ma.MaskedArray):
+        assert got.dtype == plain.dtype
+        np.testing.assert_array_equal(np.ma.getmaskarray(got), np.ma.getmaskarray(plain))
+        np.testing.assert_array_equal(got.data, plain.data, strict=True)
+        assert got.fill_value == plain.fill_value
+    else:
+        assert np.asarray(got).dtype == np.asarray(plain).dtype
+        np.testing.assert_array_equal(got, plain, strict=True)
+
+
+# -- no cluster ---------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["ragged-2d-int", "map-overlap", "frame-partition-info"])
+def test_final_layer_reads_the_installed_dask(case):
+    """The layer's nodes are ``dask._task_spec`` objects of the installed Dask: one Task per
+    block, every output key given by exactly one block (an array's output is an alias of
+    the fused task)."""
+    from dask._task_spec import GraphNode, Task
+
+    coll = CASES[case]()
+    layer = final_layer(coll)
+    outputs = list(flatten(coll.__dask_keys__()))
+    assert layer.outputs == outputs
+    assert all(isinstance(node, GraphNode) for node in layer.graph.values())
+    assert all(isinstance(layer.graph[b], Task) for b in layer.blocks)
+    given_by = [out for b in layer.blocks for out in layer.output_of[b]]
+    assert sorted(given_by, key=str) == sorted(outputs, key=str)
+    assert len(layer.blocks) == len(outputs)
+    # the rebuilt collection has other keys than the plain one
+    tag = "test"
+    renamed = {layer.renamed(k, tag) for k in outputs}
+    assert not renamed & set(outputs)
+
+
+def test_final_layer_refuses_what_is_not_a_collection():
+    with pytest.raises(RewriteError, match="dask collection"):
+        final_layer(np.ones(3))
+
+
+def test_approximate_codes_still_refuse_an_overlapping_map():
+    y = f2d().map_overlap(neighbours, depth=1, boundary="reflect")
+    with pytest.raises(RewriteError):
+        dask_bacc.coded(y, code="berrut")
+
+
+# -- placement (pure) ---------------------------------------------------------------------
+def placement_case(W, n, seed, p_known, p_held, with_load):
+    """W workers, n blocks: per block a known primary (or None, or a worker that left) with
+    probability p_known, and input bytes on up to 4 holders (some may have left) with
+    probability p_held; random loads. Drawn from ``seed`` (hypothesis draws and shrinks W,
+    n and the mix; 300 blocks of dicts drawn one by one would take seconds)."""
+    rng = random.Random(seed)
+    workers = [f"tcp://w{i}:1" for i in range(W)]
+    pool = [*workers, "tcp://gone:1"]
+    primary = [rng.choice([None, *pool]) if rng.random() < p_known else None for _ in range(n)]
+    held = [
+        {rng.choice(pool): rng.randint(0, 1000) for _ in range(rng.randint(1, 4))}
+        if rng.random() < p_held
+        else {}
+        for _ in range(n)
+    ]
+    load = {w: rng.randint(0, 10) for w in workers if rng.random() < 0.5} if with_load else None
+    return workers, primary, held, load
+
+
+@settings(deadline=None, max_examples=200, database=None)
+@given(
+    W=st.integers(1, 20),
+    n=st.integers(0, 300),
+    seed=st.integers(0, 2**32 - 1),
+    p_known=st.sampled_from([0.0, 0.5, 1.0]),
+    p_held=st.sampled_from([0.0, 0.5, 1.0]),
+    with_load=st.booleans(),
+)
+@example(W=1, n=5, seed=0, p_known=1.0, p_held=1.0, with_load=True)
+@example(W=2, n=0, seed=0, p_known=0.0, p_held=0.0, with_load=False)
+def test_place_copies_properties(W, n, seed, p_known, p_held, with_load):
+    workers, primary, held, load = placement_case(W, n, seed, p_known, p_held, with_load)
+    W = len(workers)
+    primaries, backups = place_copies(workers, primary, held, load)
+    assert len(primaries) == len(backups) == len(primary)
+    for b, (p, q) in enumerate(zip(primaries, backups, strict=True)):
+        assert p in workers
+        assert p != q  # never both copies of a block on one worker
+        if W == 1:
+            assert q is None
+            continue
+        assert q in workers
+        have = held[b]
+        if primary[b] in workers:
+            assert p == primary[b]
+        elif any(have.get(w, 0) > 0 for w in workers):
+            assert have.get(p, 0) == max(have.get(w, 0) for w in workers)
+        # a replica holder (input bytes on a worker other than the primary) takes the backup
+        replicas = [w for w in workers if w != p and have.get(w, 0) > 0]
+        if replicas:
+            assert have.get(q, 0) == max(have[w] for w in replicas)
+
+
+def spread_ok(workers, primaries, backups):
+    by_primary = defaultdict(list)
+    for p, q in zip(primaries, backups, strict=True):
+        by_primary[p].append(q)
+    W = len(workers)
+    return all(len(set(qs)) >= min(len(qs), W - 1) for qs in by_primary.values())
+
+
+@settings(deadline=None, max_examples=200, database=None)
+@given(
+    W=st.integers(1, 20),
+    n=st.integers(0, 300),
+    one_slow=st.booleans(),
+    data=st.data(),
+)
+def test_backups_of_one_workers_blocks_are_spread(W, n, one_slow, data):
+    """With no replica holders and no load (how Repetition places: primaries round-robin;
+    how Speculation places the late blocks of one slow worker), the backups of the blocks
+    of one primary worker go to min(#blocks, W - 1) distinct workers."""
+    workers = [f"tcp://w{i}:1" for i in range(W)]
+    slow = data.draw(st.sampled_from(workers)) if one_slow else None
+    primaries, backups = place_copies(workers, [slow] * n, [{}] * n)
+    assert spread_ok(workers, primaries, backups)
+
+
+def test_backups_spread_with_interleaved_known_primaries():
+    """The blocks of several known primaries interleaved (ranking the least loaded first
+    put both of A's backups on B: the spread now comes before the load)."""
+    workers = ["A", "B", "C"]
+    primaries, backups = place_copies(workers, ["A", "B", "B", "B", "A"], [{}] * 5)
+    assert primaries == ["A", "B", "B", "B", "A"]
+    assert spread_ok(workers, primaries, backups), backups
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    W=st.integers(2, 12),
+    data=st.data(),
+)
+def test_backups_spread_with_known_primaries_and_load(W, data):
+    """Speculation's calls: known primaries in any order, any load already on the workers."""
+    workers = [f"tcp://w{i}:1" for i in range(W)]
+    known = data.draw(st.lists(st.sampled_from(workers), max_size=60))
+    load = data.draw(st.dictionaries(st.sampled_from(workers), st.integers(0, 50)))
+    primaries, backups = place_copies(workers, known, [{}] * len(known), load)
+    assert spread_ok(workers, primaries, backups), backups
+
+
+# -- on a cluster: identical to plain Dask ------------------------------------------------
+@pytest.fixture(scope="class")
+def client():
+    with (
+        checked_local_cluster(n_workers=4, threads_per_worker=1) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.mark.usefixtures("client")
+class TestIdenticalToPlainDask:
+    """Every case on one in-process cluster of 4 single-thread workers."""
+
+    @pytest.mark.parametrize("code", CODES)
+    @pytest.mark.parametrize("case", list(CASES))
+    def test_identical(self, case, code):
+        coll = CASES[case]()
+        plain = coll.compute()
+        z = dask_bacc.coded(coll, code=code)
+        assert type(z) is type(coll)
+        got = z.compute()
+        assert_identical(got, plain)
+        rep = dask_bacc.report_of(z)
+        assert rep.code["name"] == code and rep.estimate_method == "exact"
+        assert rep.K == len(final_layer(coll).blocks)
+        assert sorted(i % rep.K for i in rep.returned) == list(range(rep.K))
+
+    @pytest.mark.parametrize("code", CODES)
+    def test_object_column_stays_object(self, code):
+        with dask.config.set({"dataframe.convert-string": False}):
+            coll = exact_frame().map_partitions(exact_edit)
+            plain = coll.compute()
+            got = dask_bacc.coded(coll, code=code).compute()
+        assert plain["name"].dtype == object
+        assert_identical(got, plain)
+        assert got["big"].iloc[-1] == 2**53 + 11 * 3 + 2  # beyond float64's exact integers
+
+    @pytest.mark.parametrize("code", CODES)
+    def test_f_raises_its_own_exception(self, code):
+        y = da.arange(12, chunks=3).map_blocks(fails_on_block_2, dtype="int64")
+        with pytest.raises(ZeroDivisionError) as plain:
+            y.compute()
+        with pytest.raises(ZeroDivisionError) as got:
+            dask_bacc.coded(y, code=code).compute()
+        assert str(got.value) == str(plain.value) == "block (2,) refused"
+
+    @pytest.mark.parametrize(
+        "code",
+        [
+            "repetition",
+            "speculative",
+        ],
+    )
+    def test_keyword_named_block(self, code):
+        y = frame().map_partitions(shifted, block=5)
+        plain = y.compute()
+        assert_identical(dask_bacc.coded(y, code=code).compute(), plain)
+
+    @pytest.mark.parametrize("code", CODES)
+    def test_many_more_blocks_than_workers(self, code):
+        y = da.arange(120, chunks=3).map_blocks(affine)
+        z = dask_bacc.coded(y, code=code)
+        assert_identical(z.compute(), y.compute())
+        rep = dask_bacc.report_of(z)
+        K = 40
+        assert rep.K == K and rep.status == "finished"
+        assert len(rep.returned) == K and sorted(i % K for i in rep.returned) == list(range(K))
+        assert all(0 <= i < 2 * K for i in rep.returned)
+        if code == "repetition":
+            assert rep.N == 2 * K and sorted(rep.backups) == list(range(K))
+        # N: the K primaries and the backups launched; each block's other copy is cancelled
+        # once its first copy lands
+        assert rep.N == K + len(rep.backups)
+        assert rep.cancelled + len(rep.returned) == rep.N
+        # a backup that gave its block is one that was launched
+        assert {i - K for i in rep.returned if i >= K} <= set(rep.backups)
+
+    @pytest.mark.parametrize("code", CODES)
+    def test_map_coded_on_a_dask_frame(self, code):
+        pdf = pd.DataFrame({"a": np.arange(36, dtype="int64"), "b": np.linspace(0, 1, 36)})
+        ddf = dd.from_pandas(pdf, npartitions=12)
+        assert ddf.npartitions == 12
+        plain_coll = ddf.map_partitions(add_index)
+        job = dask_bacc.submit_coded(add_index, ddf, code=code)
+        out = job.result()
+        assert isinstance(out, dd.DataFrame)
+        rep = job.report
+        assert rep.code["name"] == code and rep.K == 12 and len(rep.returned) == 12
+        assert rep.N == (24 if code == "repetition" else 12 + len(rep.backups))
+        keys_out = set(flatten(out.__dask_keys__()))
+        assert not keys_out & set(flatten(plain_coll.__dask_keys__()))
+        assert_identical(out.compute(), plain_coll.compute())
+        # the same map through plain Dask afterwards, the coded result still held
+        with captured_logger("distributed.scheduler", level=logging.WARNING) as log:
+            again = ddf.map_partitions(add_index).compute()
+            direct = dask_bacc.map_coded(add_index, ddf, code=code)
+            assert isinstance(direct, dd.DataFrame)
+            assert_identical(direct.compute(), again)
+            assert_identical(ddf.map_partitions(add_index).compute(), again)
+        assert "different `run_spec`" not in log.getvalue()
+        del out, direct
+
+
+# -- a gated straggler: the first copy wins ------------------------------------------------
+# two threads per worker: a blocked primary never holds the only thread of the worker the
+# output chunks (or the driver) need
+GATED = [("127.0.0.1", 2)] * 4
+
+
+@pytest.mark.parametrize("code", CODES)
+@gen_cluster(client=True, nthreads=GATED)
+async def test_first_copy_wins_over_a_gated_primary(c, s, *workers, code):
+    ev = Event("bacc-test-layer-gate", client=c)
+    options = (
+        {"rule": "spark", "quantile": 0.5, "multiplier": 1.0, "min_runtime": 0.0}
+        if code == "speculative"
+        else None
+    )
+    K = 6
+    y = da.arange(3 * K, chunks=3).map_blocks(gated, "bacc-test-layer-gate", dtype="int64")
+    try:
+        z = dask_bacc.coded(y, code=code, code_options=options)
+        got = await asyncio.wait_for(c.compute(z), 30)
+        assert not await ev.is_set()  # block 0's primary is still waiting
+        np.testing.assert_array_equal(got, np.arange(3 * K) * 2, strict=True)
+        rep = await dask_bacc.report_of(z, client=c)
+        assert rep.K == K
+        assert K + 0 in rep.returned and 0 not in rep.returned  # block 0 from its backup
+        assert 0 in rep.backups and 0 in rep.straggled
+        assert rep.cancelled + len(rep.returned) == rep.N
+        blocked = [w for w in workers if w.state.executing_count]
+        assert blocked  # the loser still holds its thread: never waited for
+    finally:
+        await ev.set()
+    await idle(workers)
