@@ -523,3 +523,43 @@ async def test_first_copy_wins_over_a_gated_primary(c, s, *workers, code):
     finally:
         await ev.set()
     await idle(workers)
+
+
+# -- K >> W on a cluster: the two copies of a block on two workers --------------------------
+@pytest.mark.parametrize("persisted", [False, True])
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1)] * 4,
+    config={"distributed.scheduler.work-stealing": False},
+)
+async def test_no_worker_runs_both_copies_of_a_block(c, s, *workers, persisted):
+    """40 blocks on 4 workers, repetition: every block's primary and backup ran on two
+    different workers (read from the report: the primaries' start events and the backups'
+    placement). Work stealing is off, as it may move a primary after placement (the plan
+    is what the job controls); the input is computed in the graph (primaries spread by the
+    job) or persisted (primaries where their chunk is, backups elsewhere)."""
+    x = da.arange(120, chunks=3)
+    if persisted:
+        x = c.persist(x)
+        await x
+    z = dask_bacc.coded(x.map_blocks(affine), code="repetition")
+    np.testing.assert_array_equal(await c.compute(z), affine(np.arange(120)), strict=True)
+    rep = await dask_bacc.report_of(z, client=c)
+    K = 40
+    assert (rep.K, rep.N) == (K, 2 * K)
+    addresses = {w.address for w in workers}
+    for b in range(K):
+        primary, backup = rep.workers[b], rep.workers[K + b]
+        assert primary in addresses and backup in addresses
+        assert primary != backup, (b, primary)
+    used = set(rep.workers)
+    if persisted:  # the primary ran where its chunk is, if that worker runs copies
+        who = await c.who_has(x)
+        holders = {tuple(k)[1]: set(ws) for k, ws in who.items()}
+        assert all(rep.workers[b] in holders[b] for b in range(K) if holders[b] & used)
+    # each worker's blocks have their backups on every other worker the job used (the
+    # driver's worker runs no copy: its output chunks read the blocks there)
+    by_primary: dict[str, set[str]] = defaultdict(set)
+    for b in range(K):
+        by_primary[rep.workers[b]].add(rep.workers[K + b])
+    assert all(backups == used - {p} for p, backups in by_primary.items())

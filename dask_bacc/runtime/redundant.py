@@ -203,11 +203,11 @@ class RedundantJob(JobHandle):
             pk = self._primary_key[b]
             primary = _timed(task.substitute({}, key=pk) if pk != key else task, self.token, b)
             if self._held[b] and not self._fenced:
-                free[pk] = primary
+                free[pk] = primary  # Dask puts it next to its input, as planned
             else:
+                # next to its input within the pool, or spread when it has none there
                 pinned[pk] = primary
-                # next to its input among the pool, or spread when it has none yet
-                where_to[pk] = list(self.workers) if self._held[b] else [primaries[b]]
+                where_to[pk] = [primaries[b]]
             self.report.workers[b] = primaries[b]
         at_once = isinstance(self.policy, Repetition)
         copies, planned = self._copy_nodes(
