@@ -12,7 +12,7 @@ intact) and a backup under ``("bacc-copy-<token>", i)`` on another worker
   meanwhile is cancelled before it starts (with many blocks per worker the backups wait
   in the queues: the work is at most doubled, and mostly not);
 * :class:`~.speculative.Speculation` launches a backup once a primary has run longer than
-  its rule's threshold (the primaries report when they start: :func:`~.worker.run_started`).
+  its rule's threshold (every copy reports when it starts: :func:`~.worker.run_started`).
 
 Under both, a block whose copies all run late by the rule gets one more copy, on a worker
 holding none of its copies (repetition "plus a re-run of a late copy"; a copy stuck on a
@@ -201,7 +201,7 @@ class RedundantJob(JobHandle):
         for b, key in enumerate(layer.blocks):
             task: Task = layer.graph[key]  # type: ignore[assignment]
             pk = self._primary_key[b]
-            primary = _timed(task.substitute({}, key=pk) if pk != key else task, self.token, b)
+            primary = _timed(task, pk, self.token, b, 0)
             if self._held[b] and not self._fenced:
                 free[pk] = primary  # Dask puts it next to its input, as planned
             else:
@@ -244,7 +244,7 @@ class RedundantJob(JobHandle):
         for b, c, q in plan:
             ck = keys.copy_key(self.token, b, round=c)
             task: Task = self.layer.graph[self.layer.blocks[b]]  # type: ignore[assignment]
-            nodes[ck] = task.substitute({}, key=ck)
+            nodes[ck] = _timed(task, ck, self.token, b, c)
             where_to[ck] = [q]
             planned[ck] = (b, c, q)
         return nodes, planned
@@ -277,15 +277,16 @@ class RedundantJob(JobHandle):
         self._index_of[fut.key] = (b, copy)
 
     def _on_start(self, event: tuple[float, Any]) -> None:
-        b, worker = int(event[1][0]), str(event[1][1])
-        if b in self._winner or 0 in self._on[b]:
+        b, c, worker = int(event[1][0]), int(event[1][1]), str(event[1][2])
+        if b in self._winner:
             return
         now = self._elapsed()
-        self._on[b][0] = worker
-        self._primary_start[b] = now
         self._since[b] = max(self._since.get(b, now), now)
-        self._busy[worker] += 1
-        self.report.workers[b] = worker
+        if c == 0:  # a backup was counted busy where it was placed
+            self._primary_start[b] = now
+            self._busy[worker] += 1
+        self._on[b][c] = worker
+        self._note_worker(b + c * self.K, worker)
 
     # -- the loop -----------------------------------------------------------------------
     async def _run(self) -> None:
@@ -397,8 +398,8 @@ class RedundantJob(JobHandle):
 
     async def _rerun_late(self) -> None:
         """Launch a copy of each block whose copies all run late by the rule: its newest
-        copy started longer than the threshold ago (speculative: the primary; repetition:
-        the primary and its backup), or, in the tail, its primary never started."""
+        copy started longer than the threshold ago (every copy says when it starts), or,
+        in the tail, none of its copies started."""
         threshold = self.rule.threshold(self.K, self._durations)
         if threshold is None:
             return
@@ -484,11 +485,12 @@ def _lost_worker(exc: BaseException | None) -> bool:
     return isinstance(exc, KilledWorker)
 
 
-def _timed(task: Task, token: str, b: int) -> Task:
-    """``task`` run through :func:`~.worker.run_started` (same key, same inputs)."""
+def _timed(task: Task, key: Key, token: str, b: int, c: int) -> Task:
+    """``task`` as copy ``c`` of block ``b`` under ``key``, run through
+    :func:`~.worker.run_started` (same inputs) so that the job learns when it started."""
     from dask._task_spec import Task
 
-    return Task(task.key, run_started, token, b, task.func, *task.args, **task.kwargs)
+    return Task(key, run_started, token, b, c, task.func, *task.args, **task.kwargs)
 
 
 def _graph(

@@ -830,12 +830,15 @@ def decode_task(weights: FloatArray, *results: NDArray[Any]) -> Share:
     return weighted_sum(weights, results)
 
 
-def run_started(token: str, block: int, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """A primary task of a speculative layer (``runtime.redundant``): tell the job which
-    worker started it, then run it. The backup rule needs the run time of the tasks still
-    running, which the scheduler does not know (it sees a task assigned, not started).
-    Positional-only: the task's own keywords (``block=``, ``func=`` ...) pass through."""
+def run_started(
+    token: str, block: int, copy: int, func: Callable[..., T], /, *args: Any, **kwargs: Any
+) -> T:
+    """Copy ``copy`` of block ``block`` of a redundant layer (``runtime.redundant``): tell
+    the job which worker started it, then run it. The late-copy rule needs the run time of
+    the copies still running, which the scheduler does not know (it sees a task assigned,
+    not started). Positional-only: the task's own keywords (``block=``, ``func=`` ...) pass
+    through."""
     worker = _worker()
     if worker is not None:
-        worker.log_event(keys.start_topic(token), [block, worker.address])
+        worker.log_event(keys.start_topic(token), [block, copy, worker.address])
     return func(*args, **kwargs)
