@@ -14,6 +14,7 @@ from .._lazy import attach
 if TYPE_CHECKING:
     from .driver import coded, report_of, rewrite_reports
     from .job import CodedJob
+    from .redundant import RedundantJob
     from .report import JobReport
     from .submit import map_coded, submit_coded
     from .wait import ErrorTarget, FirstK, Fraction, WaitPolicy, until
@@ -24,6 +25,7 @@ __all__ = [
     "FirstK",
     "Fraction",
     "JobReport",
+    "RedundantJob",
     "WaitPolicy",
     "coded",
     "map_coded",
@@ -38,6 +40,7 @@ __getattr__, __dir__ = attach(
     {
         ".driver": ("coded", "report_of", "rewrite_reports"),
         ".job": ("CodedJob",),
+        ".redundant": ("RedundantJob",),
         ".report": ("JobReport",),
         ".submit": ("map_coded", "submit_coded"),
         ".wait": ("ErrorTarget", "FirstK", "Fraction", "WaitPolicy", "until"),

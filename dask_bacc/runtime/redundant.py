@@ -91,9 +91,11 @@ def policy_for(code: str, options: Mapping[str, Any] | None = None) -> Policy:
 class RedundantJob(JobHandle):
     """Every task of a collection's final layer with a backup copy; first copy wins.
 
-    Returned by ``submit_coded`` for ``code="repetition"``/``"speculative"`` on a dask
-    collection. :meth:`result` gives the collection, of the same type, backed by the
-    winning copies (``gather=False``) or, in a driver task, the computed blocks.
+    Returned by :func:`~dask_bacc.submit_coded` for ``code="repetition"`` or
+    ``"speculative"`` on a dask DataFrame/Series (the driver task of
+    :func:`~dask_bacc.coded` runs one for any collection). :meth:`result` gives the
+    collection, of the same type, backed by the winning copies; ``job.report`` says what
+    ran (:class:`~dask_bacc.JobReport`).
 
     Copy ``c`` of block ``b`` is ``b + c * K`` in the report: ``b`` its primary, ``K + b``
     its first backup, ``2K + b`` a further copy launched when both ran late.
