@@ -66,13 +66,17 @@ def coded(
     Parameters
     ----------
     collection : dask collection
-        A dask array, dask DataFrame/Series, or dask-backed xarray object whose final
-        operation is a map over chunks: ``x.map_blocks(f, ...)`` (one chunked
-        input, chunked along axis 0 only), ``ddf.map_partitions(f, ...)``,
-        ``xr.apply_ufunc(f, da, dask="parallelized")`` (the DataArray chunked along its
-        first dimension only), or ``xr.map_blocks(f, obj)`` (one DataArray/Dataset
-        chunked along one dimension; ``f`` then sees what ``map_coded(f, obj, dim=...)``
-        gives it).
+        With ``code="repetition"`` or ``"speculative"``: any dask collection; each task of
+        its final layer runs with a backup copy on another worker, exactly as plain Dask
+        runs it (every chunking, several chunked inputs, ``block_info``,
+        ``partition_info``, ``map_overlap``, any number of chunks), and the first copy
+        of each gives its block. With the codes that mix blocks: a dask array, dask
+        DataFrame/Series, or dask-backed xarray object whose final operation is a map
+        over chunks: ``x.map_blocks(f, ...)`` (one chunked input, chunked along axis 0
+        only), ``ddf.map_partitions(f, ...)``, ``xr.apply_ufunc(f, da,
+        dask="parallelized")`` (the DataArray chunked along its first dimension only), or
+        ``xr.map_blocks(f, obj)`` (one DataArray/Dataset chunked along one dimension;
+        ``f`` then sees what ``map_coded(f, obj, dim=...)`` gives it).
     code, n_coded, wait, timeout, code_options, adversaries, transform
         As in :func:`dask_bacc.map_coded` (``wait=dask_bacc.until(error=...)``,
         Byzantine-robust decoding and decoding in a transformed domain included). The
@@ -91,12 +95,14 @@ def coded(
         (repetition, uncoded, speculative) and float64 for numeric outputs of the
         approximate and polynomial codes. Computing it runs one ``bacc-driver-<token>``
         task, which holds the K decoded blocks until the output chunks have taken them.
+        Under repetition and speculative the keys are the plain collection's, renamed
+        (``<name>-bacc<token>``).
 
     Raises
     ------
     RewriteError
-        The final operation is not a map over chunks dask-bacc can code (several chunked
-        inputs, block-dependent arguments, overlapping maps, masked arrays, reductions,
+        A code that mixes blocks, and the final operation is not a map over chunks
+        dask-bacc can code (several chunked inputs, block-dependent arguments, overlapping maps, masked arrays, reductions,
         fused graphs, other collections), or it cannot be kept identical to plain Dask.
         What only the data shows (``f`` reading or changing the labels a coded block
         lacks, a result that does not match the template or does not fit the declared
