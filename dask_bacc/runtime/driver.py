@@ -102,8 +102,9 @@ def coded(
     ------
     RewriteError
         A code that mixes blocks, and the final operation is not a map over chunks
-        dask-bacc can code (several chunked inputs, block-dependent arguments, overlapping maps, masked arrays, reductions,
-        fused graphs, other collections), or it cannot be kept identical to plain Dask.
+        dask-bacc can code (several chunked inputs, block-dependent arguments,
+        overlapping maps, masked arrays, reductions, fused graphs, other collections),
+        or it cannot be kept identical to plain Dask.
         What only the data shows (``f`` reading or changing the labels a coded block
         lacks, a result that does not match the template or does not fit the declared
         dtype, a masked result) raises it when the collection is computed.
