@@ -148,10 +148,10 @@ class RedundantJob(JobHandle):
         self._held: list[dict[str, int]] = []  # per block: worker -> input bytes held
         #: per block: copy -> the worker it runs on (a primary's once it started)
         self._on: dict[int, dict[int, str]] = {b: {} for b in range(K)}
-        self._primary_start: dict[int, float] = {}
+        self._started_at: dict[tuple[int, int], float] = {}  # (block, copy) -> its start
         self._since: dict[int, float] = {}  # per block: when its newest copy started
         self._busy: Counter[str] = Counter()  # copies of this job in flight, per worker
-        self._durations: list[float] = []  # run times of the primaries that won
+        self._durations: list[float] = []  # run times of the copies that won
         self._tail_since: float | None = None  # when no more blocks than workers were left
         self._ac: _dist.FutureQueue | None = None
         self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
@@ -284,8 +284,8 @@ class RedundantJob(JobHandle):
             return
         now = self._elapsed()
         self._since[b] = max(self._since.get(b, now), now)
+        self._started_at[b, c] = now
         if c == 0:  # a backup was counted busy where it was placed
-            self._primary_start[b] = now
             self._busy[worker] += 1
         self._on[b][c] = worker
         self._note_worker(b + c * self.K, worker)
@@ -367,8 +367,8 @@ class RedundantJob(JobHandle):
             self.report.returned.append(i)
             self.report.arrival[i] = now
             self.report.slowest_used = now
-            if copy == 0 and b in self._primary_start:
-                self._durations.append(now - self._primary_start[b])
+            if (b, copy) in self._started_at:  # the winner's run time, whichever copy
+                self._durations.append(now - self._started_at[b, copy])
             for w in self._on[b].values():
                 self._busy[w] -= 1
             self._release_inputs(b)
