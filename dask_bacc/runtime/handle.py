@@ -2,8 +2,9 @@
 
 Shared by :class:`~.job.CodedJob` (coded and speculative jobs over K blocks) and
 :class:`~.redundant.RedundantJob` (exact copies of the tasks of any map layer). A
-subclass runs its loop in ``self._task`` and calls :meth:`_fail`, :meth:`_set_cancelled`
-and its own ``_finish`` (which sets ``_finished`` and ``_done_event``).
+subclass starts :meth:`_run` in ``self._task``; it runs the subclass's ``_loop`` and
+``_finish`` (which sets ``_finished`` and ``_done_event``), and turns how the loop ended
+into the output, :meth:`_fail` or :meth:`_set_cancelled`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import traceback
 import warnings
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
+
+from distributed.client import FutureCancelledError
 
 from . import _dist
 from .wait import check_timeout
@@ -54,8 +57,34 @@ class JobHandle:
         self._task: asyncio.Task[None] | None = None
         self._warnings: list[Warning] = []  # emitted where the result is taken
 
+    async def _loop(self) -> Any:
+        """The job's work; returns its output."""
+        raise NotImplementedError
+
     async def _finish(self) -> None:
         raise NotImplementedError
+
+    async def _run(self) -> None:
+        try:
+            self._output = await self._loop()
+            self.report.status = "finished"
+        except FutureCancelledError as exc:
+            # a task of the job cancelled by the scheduler (e.g. its dependencies lost), not
+            # by the user: an error that says so, never "cancelled by the user"
+            if self._cancel_requested:
+                self._set_cancelled()
+            else:  # an Exception, as callers' "except Exception" expect
+                error = RuntimeError(
+                    f"a task of coded job {self.token} was cancelled by the scheduler: {exc}"
+                )
+                error.__cause__ = exc
+                self._fail(error)
+        except asyncio.CancelledError:
+            self._set_cancelled()
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            await self._finish()
 
     # -- user API --------------------------------------------------------------------
     def done(self) -> bool:

@@ -389,28 +389,6 @@ class CodedJob(JobHandle):
     def _elapsed(self) -> float:
         return time.perf_counter() - self._start
 
-    async def _run(self) -> None:
-        try:
-            self._output = await self._loop()
-            self.report.status = "finished"
-        except FutureCancelledError as exc:
-            # a task of the job cancelled by the scheduler (e.g. its dependencies lost), not
-            # by the user: an error that says so, never "cancelled by the user"
-            if self._cancel_requested:
-                self._set_cancelled()
-            else:  # an Exception, as callers' "except Exception" expect
-                error = RuntimeError(
-                    f"a task of coded job {self.token} was cancelled by the scheduler: {exc}"
-                )
-                error.__cause__ = exc
-                self._fail(error)
-        except asyncio.CancelledError:
-            self._set_cancelled()
-        except Exception as exc:
-            self._fail(exc)
-        finally:
-            await self._finish()
-
     async def _finish(self) -> None:
         # the result is handed over before the clean-up round trip: nobody waits on it
         stragglers, cancel = self._release()

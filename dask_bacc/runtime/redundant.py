@@ -291,25 +291,6 @@ class RedundantJob(JobHandle):
         self._note_worker(b + c * self.K, worker)
 
     # -- the loop -----------------------------------------------------------------------
-    async def _run(self) -> None:
-        try:
-            self._output = await self._loop()
-            self.report.status = "finished"
-        except FutureCancelledError as exc:
-            if self._cancel_requested:
-                self._set_cancelled()
-            else:
-                error = RuntimeError(
-                    f"a task of coded job {self.token} was cancelled by the scheduler: {exc}"
-                )
-                error.__cause__ = exc
-                self._fail(error)
-        except asyncio.CancelledError:
-            self._set_cancelled()
-        except Exception as exc:
-            self._fail(exc)
-        finally:
-            await self._finish()
 
     async def _loop(self) -> Any:
         self._ac = ac = _dist.as_completed(self.client)
