@@ -225,6 +225,15 @@ CASES = {
     "kwarg-named-block": lambda: da.arange(10, chunks=3).map_blocks(shifted, block=5),
     # a reduction's final layer
     "sum": lambda: x2d().sum(),
+    # found by benchmarks/upstream_cases.py (xarray's and dask's own tests): an output that
+    # is data and also another output's input (was cancelled with the inputs)...
+    "xr-dataset-output-read-by-another": lambda: xr.Dataset({"a": darray(), "b": darray() + 50}),
+    "xr-coordinate-from-the-data": lambda: darray().assign_coords(c=darray() + 1),
+    # ... and an output alias of an alias (the middle one was dropped: a lost dependency)
+    "alias-of-an-alias": lambda: da.concatenate(
+        [da.concatenate([da.zeros((2, 2), chunks=2), da.ones((2, 2), chunks=2)], axis=1)] * 2,
+        axis=0,
+    ),
 }
 
 

@@ -100,8 +100,8 @@ def _name(key: Key) -> str:
 
 def _inline_aliases(graph: dict[Key, GraphNode], keep: set[Key]) -> dict[Key, GraphNode]:
     """``graph`` with every task reading the target of an alias it read (an alias of an
-    alias followed to the end), and the aliases no task reads any more dropped (but those
-    in ``keep``, the outputs).
+    alias followed to the end), the aliases in ``keep`` (outputs) pointing at the end of
+    their chain, and every other alias dropped (no task reads it any more).
 
     A dask-expr collection built on a persisted one reads its partitions through alias
     tasks; on the cluster an alias is a task of its own, scheduled where its target is,
@@ -122,10 +122,13 @@ def _inline_aliases(graph: dict[Key, GraphNode], keep: set[Key]) -> dict[Key, Gr
         return graph
     out: dict[Key, GraphNode] = {}
     for key, node in graph.items():
+        if key in target:
+            if key in keep:  # an output: straight to the end of its chain
+                out[key] = Alias(key, target[key])
+            continue  # any other alias: no task reads it any more
         subs: dict[Key, Key | GraphNode] = {d: target[d] for d in node.dependencies if d in target}
-        out[key] = node.substitute(subs) if subs and not isinstance(node, Alias) else node
-    read = {d for node in out.values() if not isinstance(node, Alias) for d in node.dependencies}
-    return {k: n for k, n in out.items() if k not in target or k in read or k in keep}
+        out[key] = node.substitute(subs) if subs else node
+    return out
 
 
 def final_layer(collection: Any) -> Layer:

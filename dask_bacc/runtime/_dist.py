@@ -14,6 +14,7 @@ the client's event loop.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
@@ -168,13 +169,33 @@ def subscribe_topic(client: Client, topic: str, handler: Callable[[Any], None]) 
     run(topic, handler)
 
 
-def unsubscribe_topic(client: Client, topic: str) -> None:
-    """``client.unsubscribe_topic(topic)``, and the handler dropped: distributed (2026.8)
-    tells the scheduler but keeps the handler in ``client._event_handlers`` for ever, and a
-    bound method there would keep its job (and the futures it returned) alive."""
+def unsubscribe_topic(client: Client, topic: str, linger: float = 30.0) -> None:
+    """``client.unsubscribe_topic(topic)``, and the handler dropped.
+
+    distributed (2026.8) tells the scheduler but keeps the handler in
+    ``client._event_handlers`` for ever (a bound method there would keep its job, and the
+    futures it returned, alive); and an event still in flight for a topic with no handler
+    makes the client call ``unsubscribe_topic`` again, which raises and is logged as an
+    error. So the handler is replaced by one that drops events, itself removed ``linger``
+    seconds later.
+    """
     if client.status == "running":  # a closed client has no subscription left
         run = cast("Callable[[str], None]", client.unsubscribe_topic)
         run(topic)
     handlers = getattr(client, "_event_handlers", None)
-    if isinstance(handlers, dict):
-        handlers.pop(topic, None)
+    if not isinstance(handlers, dict) or topic not in handlers:
+        return
+    handlers[topic] = _drop_event
+
+    def forget() -> None:
+        if handlers.get(topic) is _drop_event:
+            del handlers[topic]
+
+    try:
+        asyncio.get_running_loop().call_later(linger, forget)
+    except RuntimeError:  # no loop running here: forget now
+        forget()
+
+
+def _drop_event(event: Any) -> None:
+    """The handler of a topic unsubscribed from: events still in flight are dropped."""

@@ -221,7 +221,9 @@ class RedundantJob(JobHandle):
                 self._users[d] += 1
         # data outputs (a persisted collection's keys) and the inputs a late copy reads
         data_outputs = [k for k in layer.outputs if not _is_output_of_block(layer, k)]
-        keep_inputs = [d for d in needed if d in layer.graph]
+        # (an output that is data and also another block's input is kept for the output:
+        # one future, never released with the inputs)
+        keep_inputs = [d for d in needed if d in layer.graph and d not in data_outputs]
         # repetition's backups wait behind the primaries on their worker
         graph = _graph(nodes, free, pinned, copies, where_to, Repetition.priority)
         # before the graph, on the same stream: no start event is missed

@@ -1,0 +1,761 @@
+"""Dask's and xarray's own test cases, run again through ``coded()``: every difference.
+
+Run it with::
+
+    python benchmarks/upstream_cases.py --baseline            # every suite, ~8 min, 2 cores
+    python benchmarks/upstream_cases.py --suite overlap --suite rolling
+    python benchmarks/upstream_cases.py --match source --json /tmp/cases.json
+
+(from a checkout whose ``dask_bacc`` is installed in the interpreter, e.g. ``.venv/bin/python``).
+No network access is needed: the test files are the ones installed with dask (found from
+``dask.__file__``) and xarray (``xarray/tests``; a suite whose files are absent is skipped).
+
+What it does
+------------
+It runs the selected upstream test files with pytest, in this process (with an empty
+``pytest.ini`` of its own, not the checkout's settings), next to one in-process
+``LocalCluster(n_workers=4, threads_per_worker=1, processes=False)`` and its client. The
+client is the default client only while a case computes (the tests keep their own
+schedulers; the driver task's ``get_client()`` on an in-process worker takes it, instead of
+making a client of its own that would become the process's default). The assertion helpers
+the tests call are wrapped: ``dask.array.utils.assert_eq``, ``dask.dataframe.utils.assert_eq``
+and xarray's ``assert_identical``/``assert_equal``/``assert_allclose`` (``xarray.testing``
+and ``xarray.tests``), both where they are defined and where the test modules imported
+them. Whenever one of their first two arguments is a lazy dask collection (a *case*),
+before the original assertion runs, the wrapper
+
+1. computes the collection with the client (``client.compute(x).result(timeout=...)``):
+   the plain result;
+2. for each code of ``--code`` (``repetition`` and ``speculative``), builds
+   ``dask_bacc.coded(x, code=code)``, compares its lazy metadata with ``x``'s (type;
+   arrays: dtype, chunks, meta type; frames: meta, divisions; xarray: per variable dims,
+   dtype, shape, chunks and attrs, plus attrs and name), computes it with the client and
+   compares the result with the plain one exactly: NumPy: type, dtype, shape, values (NaN
+   equal to NaN) and the bytes; masked arrays: the mask, the data under no mask and the
+   fill value; pandas: ``assert_frame_equal`` / ``assert_series_equal`` /
+   ``assert_index_equal`` with ``check_exact=True`` (flags too) and ``attrs``; xarray:
+   ``identical``, then each variable's dims, attrs, data type and values as NumPy above,
+   and the index types; tuples, lists, dicts and scalars element by element.
+
+The wrapper never raises into the test: the test goes on with the original assertion. A
+failure of this script itself (a comparison that raised) is listed as a harness error.
+
+Outcomes, per case and code: ``identical``; ``different`` (what differs); ``crashed``
+(``coded()`` or the compute raised where plain did not: exception type and message, and
+where it and its causes were raised); ``hung`` (no result within ``--timeout`` seconds; the
+compute is then cancelled). When the plain compute raises too, the case is ``identical``
+when the coded one raises the same exception type and message, else ``different``. Only
+the cases of tests that pass count: that pass without the wrappers with ``--baseline``
+(which runs the tests once without them first, and lists the tests whose outcome the
+wrappers changed), else that pass in this run. A collection seen twice in one test is
+checked once.
+
+Suites (``--suite``; default all): ``array-core`` (``dask/array/tests/test_array_core.py``),
+``array-map-blocks`` (``test_map_blocks.py``), ``overlap`` (``test_overlap.py``),
+``gufunc`` (``test_gufunc.py``), ``dataframe`` (``dask/dataframe/tests/test_dataframe.py``),
+``rolling`` (``test_rolling.py``), ``xarray`` (``xarray/tests/test_dask.py``),
+``xarray-apply-ufunc`` (``xarray/tests/test_computation.py``). ``--match name`` (the
+default) keeps the tests whose name holds one of ``map_blocks``, ``map_partitions``,
+``map_overlap`` (as ``-k "map_blocks or map_partitions or map_overlap"``; ``gufunc`` for
+``gufunc``, ``dask`` for ``xarray-apply-ufunc``); ``--match source`` the tests whose source
+holds one (more tests, many of them computing other operations on a mapped collection);
+``--match all`` every test of the files. ``-k`` narrows further; arguments after ``--`` go
+to pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import inspect
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+#: the codes every case is run with
+CODES = ("repetition", "speculative")
+
+#: the words a selected test's name (``--match name``) or source (``source``) holds
+WORDS = ("map_blocks", "map_partitions", "map_overlap")
+
+#: suite -> (package, test file inside it, the words its tests are selected by)
+SUITES = {
+    "array-core": ("dask", "array/tests/test_array_core.py", WORDS),
+    "array-map-blocks": ("dask", "array/tests/test_map_blocks.py", WORDS),
+    "overlap": ("dask", "array/tests/test_overlap.py", WORDS),
+    "gufunc": ("dask", "array/tests/test_gufunc.py", ("gufunc",)),
+    "dataframe": ("dask", "dataframe/tests/test_dataframe.py", WORDS),
+    "rolling": ("dask", "dataframe/tests/test_rolling.py", WORDS),
+    "xarray": ("xarray", "tests/test_dask.py", WORDS),
+    "xarray-apply-ufunc": ("xarray", "tests/test_computation.py", ("dask",)),
+}
+
+#: (module, name) of the assertion helpers that are wrapped
+HELPERS = (
+    ("dask.array.utils", "assert_eq"),
+    ("dask.dataframe.utils", "assert_eq"),
+    ("xarray.testing", "assert_identical"),
+    ("xarray.testing", "assert_equal"),
+    ("xarray.testing", "assert_allclose"),
+    ("xarray.tests", "assert_identical"),
+    ("xarray.tests", "assert_equal"),
+    ("xarray.tests", "assert_allclose"),
+)
+
+OUTCOMES = ("identical", "different", "crashed", "hung")
+
+
+# -- comparing ------------------------------------------------------------------------------
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _tail(exc: BaseException, lines: int = 6) -> list[str]:
+    """Where ``exc`` and its causes were raised: per exception (the innermost cause first),
+    its message and its last frame in dask_bacc (else its last frame)."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain and len(chain) < 4:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    out = []
+    for e in reversed(chain):
+        frames = traceback.extract_tb(e.__traceback__)
+        mine = [f for f in frames if "dask_bacc" in f.filename] or frames[-1:]
+        where = "".join(
+            f" at {f.filename.split('site-packages/')[-1].split('/main/')[-1]}:{f.lineno} {f.name}"
+            for f in mine[-1:]
+        )
+        out.append(f"{_short(e, 200)}{where}")
+    return out[-lines:]
+
+
+def _numpy_diff(a: Any, b: Any, where: str) -> list[str]:
+    import numpy as np
+
+    out: list[str] = []
+    if a.dtype != b.dtype:
+        out.append(f"{where}dtype {a.dtype} != {b.dtype}")
+    if a.shape != b.shape:
+        return [*out, f"{where}shape {a.shape} != {b.shape}"]
+    if isinstance(a, np.ma.MaskedArray):
+        ma, mb = np.ma.getmaskarray(a), np.ma.getmaskarray(b)
+        if not np.array_equal(ma, mb):
+            out.append(f"{where}mask differs at {int((ma != mb).sum())} positions")
+            return out
+        try:
+            if a.fill_value != b.fill_value:
+                out.append(f"{where}fill_value {a.fill_value!r} != {b.fill_value!r}")
+        except (TypeError, ValueError):
+            pass
+        a, b = np.asarray(a.data)[~ma], np.asarray(b.data)[~mb]
+    try:
+        np.testing.assert_array_equal(a, b, strict=True)
+    except AssertionError as exc:
+        msg = " ".join(str(exc).split())
+        return [*out, f"{where}values differ: {msg[:300]}"]
+    except Exception as exc:  # objects whose == is not elementwise
+        if not all(_same_scalar(x, y) for x, y in zip(a.ravel(), b.ravel(), strict=True)):
+            return [*out, f"{where}values differ ({_short(exc, 120)})"]
+    if a.dtype == b.dtype and a.dtype.kind not in "OV" and not out:
+        if np.ascontiguousarray(a).tobytes() != np.ascontiguousarray(b).tobytes():
+            out.append(f"{where}equal values but different bytes (e.g. -0.0 / NaN payload)")
+    return out
+
+
+def _same_scalar(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    try:
+        if a == b:
+            return True
+    except Exception:
+        return a is b
+    try:
+        return bool(math.isnan(a) and math.isnan(b))
+    except (TypeError, ValueError):
+        return a is b or (a != a and b != b)
+
+
+def value_diff(a: Any, b: Any, where: str = "") -> list[str]:
+    """How computed ``b`` (coded) differs from ``a`` (plain): empty when identical."""
+    import numpy as np
+    import pandas as pd
+
+    if type(a) is not type(b):
+        return [f"{where}type {type(a).__qualname__} != {type(b).__qualname__}"]
+    if isinstance(a, np.ndarray):
+        return _numpy_diff(a, b, where)
+    if isinstance(a, (pd.DataFrame, pd.Series, pd.Index)):
+        try:
+            if isinstance(a, pd.DataFrame):
+                pd.testing.assert_frame_equal(a, b, check_exact=True, check_flags=True)
+            elif isinstance(a, pd.Series):
+                pd.testing.assert_series_equal(a, b, check_exact=True, check_flags=True)
+            else:
+                pd.testing.assert_index_equal(a, b, exact=True, check_exact=True)
+        except AssertionError as exc:
+            return [f"{where}{' '.join(str(exc).split())[:400]}"]
+        if not isinstance(a, pd.Index) and a.attrs != b.attrs:
+            return [f"{where}attrs {a.attrs!r} != {b.attrs!r}"]
+        return []
+    xr = sys.modules.get("xarray")
+    if xr is not None and isinstance(a, (xr.DataArray, xr.Dataset, xr.Variable)):
+        return _xarray_diff(a, b, where)
+    if isinstance(a, (tuple, list)):
+        if len(a) != len(b):
+            return [f"{where}length {len(a)} != {len(b)}"]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in value_diff(x, y, f"{where}[{i}] ")
+        ]
+    if isinstance(a, dict):
+        if list(a) != list(b):
+            return [f"{where}keys {list(a)} != {list(b)}"]
+        return [d for k in a for d in value_diff(a[k], b[k], f"{where}[{k!r}] ")]
+    if isinstance(a, np.generic):
+        return _numpy_diff(np.asarray(a), np.asarray(b), where)
+    if not _same_scalar(a, b):
+        return [f"{where}value {a!r} != {b!r}"]
+    return []
+
+
+def _xarray_diff(a: Any, b: Any, where: str) -> list[str]:
+    import xarray as xr
+
+    out: list[str] = []
+    if not a.identical(b):
+        out.append(f"{where}not identical (xarray)")
+    if isinstance(a, xr.Variable):
+        return out + _numpy_diff(a.values, b.values, f"{where}values ")
+    if isinstance(a, xr.DataArray) and a.name != b.name:
+        out.append(f"{where}name {a.name!r} != {b.name!r}")
+    va, vb = _variables(a), _variables(b)
+    if list(va) != list(vb):
+        return [*out, f"{where}variables {list(va)} != {list(vb)}"]
+    for name in va:
+        x, y = va[name], vb[name]
+        if x.dims != y.dims:
+            out.append(f"{where}{name}: dims {x.dims} != {y.dims}")
+        if x.attrs != y.attrs:
+            out.append(f"{where}{name}: attrs {x.attrs!r} != {y.attrs!r}")
+        if type(x._data) is not type(y._data):
+            out.append(
+                f"{where}{name}: data type {type(x._data).__name__} != {type(y._data).__name__}"
+            )
+        out += _numpy_diff(x.values, y.values, f"{where}{name}: ")
+    if a.attrs != b.attrs:
+        out.append(f"{where}attrs {a.attrs!r} != {b.attrs!r}")
+    ia = {k: type(v).__name__ for k, v in a.xindexes.items()}
+    ib = {k: type(v).__name__ for k, v in b.xindexes.items()}
+    if ia != ib:
+        out.append(f"{where}indexes {ia} != {ib}")
+    return out
+
+
+def _variables(obj: Any) -> dict[Any, Any]:
+    """An xarray object's variables by name (a DataArray's own data as ``"<data>"``)."""
+    import xarray as xr
+
+    if isinstance(obj, xr.DataArray):
+        return {**obj.coords.variables, "<data>": obj.variable}
+    return dict(obj.variables)
+
+
+def _chunks_equal(a: Any, b: Any) -> bool:
+    return repr(a) == repr(b)  # nan chunks compare equal this way
+
+
+def lazy_diff(x: Any, z: Any) -> list[str]:
+    """How the coded collection ``z`` differs from ``x`` before computing."""
+    import dask.array as da
+
+    if type(x) is not type(z):
+        return [f"lazy: type {type(x).__qualname__} != {type(z).__qualname__}"]
+    out: list[str] = []
+    if isinstance(x, da.Array):
+        if x.dtype != z.dtype:
+            out.append(f"lazy: dtype {x.dtype} != {z.dtype}")
+        if not _chunks_equal(x.chunks, z.chunks):
+            out.append(f"lazy: chunks {x.chunks} != {z.chunks}")
+        if type(x._meta) is not type(z._meta):
+            out.append(f"lazy: meta type {type(x._meta).__name__} != {type(z._meta).__name__}")
+        return out
+    dd = sys.modules.get("dask.dataframe")
+    if dd is not None and isinstance(x, (dd.DataFrame, dd.Series, dd.Index, dd.Scalar)):
+        out += [f"lazy meta: {d}" for d in value_diff(x._meta, z._meta)]
+        if not isinstance(x, dd.Scalar) and not _chunks_equal(x.divisions, z.divisions):
+            out.append(f"lazy: divisions {x.divisions} != {z.divisions}")
+        return out
+    xr = sys.modules.get("xarray")
+    if xr is not None and isinstance(x, (xr.DataArray, xr.Dataset)):
+        vx, vz = _variables(x), _variables(z)
+        if isinstance(x, xr.DataArray) and x.name != z.name:
+            out.append(f"lazy: name {x.name!r} != {z.name!r}")
+        if list(vx) != list(vz):
+            return [*out, f"lazy: variables {list(vx)} != {list(vz)}"]
+        for name in vx:
+            a, b = vx[name], vz[name]
+            if (a.dims, a.dtype, a.shape) != (b.dims, b.dtype, b.shape):
+                out.append(
+                    f"lazy: {name}: {a.dims} {a.dtype} {a.shape} != {b.dims} {b.dtype} {b.shape}"
+                )
+            if not _chunks_equal(a.chunks, b.chunks):
+                out.append(f"lazy: {name}: chunks {a.chunks} != {b.chunks}")
+            if a.attrs != b.attrs:
+                out.append(f"lazy: {name}: attrs differ")
+        if x.attrs != z.attrs:
+            out.append(f"lazy: attrs {x.attrs!r} != {z.attrs!r}")
+    return out
+
+
+@contextlib.contextmanager
+def _default_client(client: Any) -> Any:
+    """``client`` as the default client for the block only, for every thread: the driver
+    task's ``get_client()`` on an in-process worker then takes it (else the worker makes a
+    client of its own, set as the process's default, and every later ``compute`` of the
+    tests would go to the cluster)."""
+    from distributed.client import _del_global_client, _set_global_client
+
+    _set_global_client(client)
+    try:
+        with client.as_current():
+            yield
+    finally:
+        _del_global_client(client)
+        client._set_as_default = False
+
+
+# -- the pytest plugin ----------------------------------------------------------------------
+class UpstreamCases:
+    """A pytest plugin: wraps the assertion helpers; records one row per case and code."""
+
+    def __init__(
+        self,
+        client: Any,
+        codes: tuple[str, ...],
+        timeout: float,
+        match: str,
+        words: dict[str, tuple[str, ...]] | None = None,
+        check: bool = True,
+        verbose: bool = False,
+    ):
+        self.client = client
+        self.codes = codes
+        self.timeout = timeout
+        self.match = match
+        #: test file name -> the words its tests are selected by
+        self.words = words or {}
+        self.check = check
+        self.verbose = verbose
+        self.rows: list[dict[str, Any]] = []
+        self.internal: list[str] = []
+        self.outcomes: dict[str, str] = {}
+        self.current: str | None = None
+        self._seen: set[Any] = set()
+        self._calls = 0
+        self._depth = threading.local()
+        self._restore: list[tuple[Any, str, Any]] = []
+        self._wrapped: dict[int, Any] = {}
+
+    # selection and patching
+    def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
+        if self.match != "all":
+            keep, drop = [], []
+            for item in items:
+                text = item.name
+                if self.match == "source":
+                    fn = getattr(item, "function", None)
+                    with contextlib.suppress(OSError, TypeError):
+                        text += inspect.getsource(fn) if fn is not None else ""
+                words = self.words.get(Path(str(item.fspath)).name, WORDS)
+                (keep if any(w in text for w in words) else drop).append(item)
+            items[:] = keep
+            config.hook.pytest_deselected(items=drop)
+        if self.check:
+            self._patch()
+
+    def _patch(self) -> None:
+        import importlib
+
+        originals: dict[int, Any] = {}
+        for mod_name, name in HELPERS:
+            try:
+                mod = importlib.import_module(mod_name)
+            except ImportError:
+                continue
+            orig = getattr(mod, name, None)
+            if orig is None or id(orig) in self._wrapped:
+                continue
+            originals[id(orig)] = orig
+            self._wrapped[id(orig)] = self._wrap(orig, f"{mod_name}.{name}")
+        # every module holding one of the originals (the test modules imported them)
+        for mod in list(sys.modules.values()):
+            for attr, value in list(getattr(mod, "__dict__", {}).items()):
+                if id(value) in originals and originals[id(value)] is value:
+                    self._restore.append((mod, attr, value))
+                    setattr(mod, attr, self._wrapped[id(value)])
+
+    def pytest_unconfigure(self, config: Any) -> None:
+        for mod, attr, value in reversed(self._restore):
+            setattr(mod, attr, value)
+        self._restore.clear()
+
+    def _wrap(self, orig: Any, label: str) -> Any:
+        import functools
+
+        @functools.wraps(orig)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self._depth, "n", 0)
+            if depth == 0 and threading.current_thread() is threading.main_thread():
+                self._depth.n = 1
+                try:
+                    self._cases(label, args[:2])
+                except Exception as exc:  # never into the test
+                    self._internal(exc)
+                finally:
+                    self._depth.n = 0
+            self._depth.n = depth + 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                self._depth.n = depth
+
+        return wrapper
+
+    # test outcomes
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.current = nodeid
+        self._calls = 0
+        self._seen.clear()
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        old = self.outcomes.get(report.nodeid)
+        if hasattr(report, "wasxfail"):
+            new = "xfailed" if report.skipped else "xpassed"
+        elif report.failed:
+            new = "failed"
+        elif report.skipped:
+            new = "skipped"
+        else:
+            new = "passed"
+        rank = {None: 0, "passed": 1, "xpassed": 2, "skipped": 3, "xfailed": 4, "failed": 5}
+        if rank[new] > rank[old]:
+            self.outcomes[report.nodeid] = new
+
+    # the cases
+    def _cases(self, label: str, args: tuple[Any, ...]) -> None:
+        import dask
+        from dask.base import tokenize
+
+        self._calls += 1
+        for pos, x in enumerate(args):
+            if not dask.is_dask_collection(x):
+                continue
+            try:
+                key: Any = tokenize(x)
+            except Exception:
+                key = id(x)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self._case(label, pos, x)
+
+    def _compute(self, x: Any) -> tuple[str, Any]:
+        """("ok", value) | ("raised", exc) | ("hung", None), computed by the client."""
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        fut = None
+        try:
+            with _default_client(self.client), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fut = self.client.compute(x)
+                return "ok", fut.result(timeout=self.timeout)
+        except (FutureTimeout, TimeoutError):
+            if fut is not None:
+                with contextlib.suppress(Exception):
+                    fut.cancel()
+            return "hung", None
+        except Exception as exc:
+            return "raised", exc
+        finally:
+            del fut
+
+    def _case(self, label: str, pos: int, x: Any) -> None:
+        import dask_bacc
+
+        kind = f"{type(x).__module__.split('.')[0]}.{type(x).__name__}"
+        base = {"test": self.current, "call": self._calls, "arg": pos, "helper": label}
+        base["kind"] = kind
+        t0 = time.perf_counter()
+        plain, expected = self._compute(x)
+        plain_s = time.perf_counter() - t0
+        for code in self.codes:
+            row = {**base, "code": code, "plain": plain, "plain_s": round(plain_s, 3)}
+            t0 = time.perf_counter()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    z = dask_bacc.coded(x, code=code)
+            except Exception as exc:
+                row.update(outcome="crashed", stage="coded()", reason=_short(exc), tb=_tail(exc))
+                self._add(row)
+                continue
+            try:
+                lazy = lazy_diff(x, z)
+            except Exception as exc:
+                self._internal(exc)
+                lazy = ["lazy comparison raised (see harness errors)"]
+            got, value = self._compute(z)
+            row["coded_s"] = round(time.perf_counter() - t0, 3)
+            if got == "hung":
+                row.update(outcome="hung", stage="compute", reason=f"no result in {self.timeout}s")
+            elif plain == "hung":
+                row.update(outcome="different", stage="compute", reason="plain hung, coded did not")
+            elif got == "raised" and plain == "raised":
+                same = type(value) is type(expected) and str(value) == str(expected)
+                row.update(
+                    outcome="identical" if same else "different",
+                    stage="compute",
+                    reason="" if same else f"plain {_short(expected)}; coded {_short(value)}",
+                )
+                if not same:
+                    row["tb"] = _tail(value)
+            elif got == "raised":
+                row.update(
+                    outcome="crashed", stage="compute", reason=_short(value), tb=_tail(value)
+                )
+            elif plain == "raised":
+                row.update(
+                    outcome="different", stage="compute", reason=f"plain raised {_short(expected)}"
+                )
+            else:
+                try:
+                    diffs = lazy + value_diff(expected, value)
+                except Exception as exc:
+                    self._internal(exc)
+                    diffs = [*lazy, "comparison raised (see harness errors)"]
+                row.update(
+                    outcome="different" if diffs else "identical",
+                    stage="compute",
+                    reason="; ".join(diffs),
+                )
+            if lazy and row["outcome"] == "identical":
+                row.update(outcome="different", reason="; ".join(lazy))
+            self._add(row)
+
+    def _internal(self, exc: BaseException) -> None:
+        """A failure of this script (not of the case): listed in the summary."""
+        text = f"{self.current}: {_short(exc)} at {' / '.join(_tail(exc, 3))}"
+        self.internal.append(text)
+        print(f"\nupstream_cases: harness error {text}", file=sys.__stderr__, flush=True)
+
+    def _add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if self.verbose or row["outcome"] != "identical":
+            print(
+                f"\n[{row['outcome']}] {row['code']} {row['test']} "
+                f"(call {row['call']}, arg {row['arg']}): {row.get('reason', '')}",
+                file=sys.__stderr__,  # past pytest's capture
+                flush=True,
+            )
+
+
+# -- running --------------------------------------------------------------------------------
+def installed_test_files(suites: list[str]) -> list[tuple[str, Path]]:
+    """(suite, path) of the installed test files; a suite whose package is absent is left out."""
+    out = []
+    for suite in suites:
+        package, rel, _ = SUITES[suite]
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            print(f"{suite}: {package} is not installed, skipped", file=sys.stderr)
+            continue
+        path = Path(spec.origin).parent / rel
+        if not path.exists():
+            print(f"{suite}: {path} is not installed, skipped", file=sys.stderr)
+            continue
+        out.append((suite, path))
+    return out
+
+
+def _stray_clients(client: Any) -> list[str]:
+    """The clients other than ``client`` that the run left as the process's default (an
+    in-process worker's ``get_client()`` makes one when there is no default client)."""
+    from distributed.client import _global_clients
+
+    return [repr(c) for c in list(_global_clients.values()) if c is not client]
+
+
+def counted(
+    plugin: UpstreamCases, baseline: dict[str, str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows of the tests that passed, rows of the others): passed in the baseline run when
+    there is one (a test the wrappers made fail still counts), else in this run."""
+    ok = {"passed", "xpassed"}
+    outcomes = plugin.outcomes if baseline is None else baseline
+    rows = [r for r in plugin.rows if outcomes.get(r["test"]) in ok]
+    return rows, [r for r in plugin.rows if outcomes.get(r["test"]) not in ok]
+
+
+def summary(
+    plugin: UpstreamCases, codes: tuple[str, ...], baseline: dict[str, str] | None = None
+) -> str:
+    rows, dropped = counted(plugin, baseline)
+    tests = Counter(plugin.outcomes.values())
+    lines = ["tests: " + ", ".join(f"{k} {v}" for k, v in sorted(tests.items()))]
+    if baseline is not None:
+        base = Counter(baseline.values())
+        lines.append("tests, baseline: " + ", ".join(f"{k} {v}" for k, v in sorted(base.items())))
+        changed = sorted(t for t, o in plugin.outcomes.items() if baseline.get(t) != o)
+        lines += [
+            f"  outcome changed: {t}: {baseline.get(t)} -> {plugin.outcomes[t]}" for t in changed
+        ]
+    not_passed = sorted(t for t, o in plugin.outcomes.items() if o not in ("passed", "xpassed"))
+    lines += [f"  did not pass: {t} ({plugin.outcomes[t]})" for t in not_passed]
+    lines += [
+        f"cases not counted (their test did not pass): {len(dropped)} rows",
+        "",
+        f"{'code':<12} {'cases':>6} " + " ".join(f"{o:>10}" for o in OUTCOMES),
+    ]
+    for code in codes:
+        mine = [r for r in rows if r["code"] == code]
+        n = Counter(r["outcome"] for r in mine)
+        lines.append(f"{code:<12} {len(mine):>6} " + " ".join(f"{n[o]:>10}" for o in OUTCOMES))
+    if plugin.internal:
+        lines += ["", f"harness errors (failures of this script): {len(plugin.internal)}"]
+        lines += [f"- {t}" for t in plugin.internal]
+    bad = [r for r in rows if r["outcome"] != "identical"]
+    lines += ["", f"non-identical cases: {len(bad)}"]
+    for r in bad:
+        lines.append(
+            f"- [{r['outcome']}] {r['code']} {r['test']} (call {r['call']}, arg {r['arg']}, "
+            f"{r['kind']}, {r['helper']}, at {r.get('stage', '')}): {r.get('reason', '')}"
+        )
+        lines += [f"      {ln}" for ln in r.get("tb", [])[-3:]]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--suite", action="append", choices=sorted(SUITES), help="repeatable; default: all"
+    )
+    parser.add_argument("--code", action="append", choices=CODES, help="default: both")
+    parser.add_argument("--match", choices=("name", "source", "all"), default="name")
+    parser.add_argument("-k", dest="keyword", default=None, help="pytest -k, to narrow further")
+    parser.add_argument("--timeout", type=float, default=60.0, help="per compute, seconds")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument(
+        "--no-check", action="store_true", help="run the tests without the wrappers (baseline)"
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="run the tests once without the wrappers first: count the cases of the tests "
+        "that pass there, and list the tests whose outcome the wrappers changed",
+    )
+    parser.add_argument(
+        "--test-timeout", type=float, default=900.0, help="per test, seconds (pytest-timeout)"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write every row here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
+    parser.epilog = "Exit status: 0 when every counted case is identical, 1 otherwise."
+    args = parser.parse_args()
+    codes = tuple(args.code or CODES)
+    files = installed_test_files(args.suite or list(SUITES))
+    if not files:
+        print("no test file found", file=sys.stderr)
+        return 2
+
+    import pytest
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=args.workers,
+        threads_per_worker=1,
+        processes=False,
+        dashboard_address=None,
+        memory_limit=0,
+    )
+    client = Client(cluster, set_as_default=False)
+    words = {Path(SUITES[s][1]).name: SUITES[s][2] for s, _ in files}
+    plugin = UpstreamCases(
+        client,
+        codes,
+        args.timeout,
+        args.match,
+        words,
+        check=not args.no_check,
+        verbose=args.verbose,
+    )
+    site = os.path.commonpath([str(p.parent) for _, p in files])
+    start = time.perf_counter()
+    extra = []
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        extra = ["-o", f"timeout={args.test_timeout:g}"]
+    baseline: dict[str, str] | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        ini = Path(tmp) / "pytest.ini"
+        ini.write_text("[pytest]\n")  # not the checkout's pyproject settings
+        pytest_args = [
+            "-c",
+            str(ini),
+            "--rootdir",
+            site,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rN",
+            *extra,
+            *([] if args.keyword is None else ["-k", args.keyword]),
+            *args.pytest_args,
+            *[str(p) for _, p in files],
+        ]
+        if args.baseline and not args.no_check:
+            plain = UpstreamCases(client, codes, args.timeout, args.match, words, check=False)
+            pytest.main(pytest_args, plugins=[plain])
+            baseline = plain.outcomes
+        code = pytest.main(pytest_args, plugins=[plugin])
+    elapsed = time.perf_counter() - start
+    stray = _stray_clients(client)
+    client.close()
+    cluster.close()
+    print()
+    print(f"files: {', '.join(s for s, _ in files)}; match={args.match}; {elapsed:.0f} s")
+    if args.no_check:
+        tests = Counter(plugin.outcomes.values())
+        print("tests: " + ", ".join(f"{k} {v}" for k, v in sorted(tests.items())))
+    else:
+        print(summary(plugin, codes, baseline))
+    if stray:
+        print(f"clients left as the process's default by the run: {stray}")
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {"tests": plugin.outcomes, "baseline": baseline, "rows": plugin.rows},
+                indent=1,
+                default=str,
+            )
+        )
+    if code not in (0, 1, 5):  # 1: some test failed (counted apart); 5: none selected
+        return int(code)
+    rows, _ = counted(plugin, baseline)
+    return 1 if plugin.internal or any(r["outcome"] != "identical" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
