@@ -116,13 +116,8 @@ def coded(
         raise ValueError(f"fallback must be 'raise' or 'plain', got {fallback!r}")
     if code is None:
         code = config.get("code")
-    if isinstance(code, str) and code.lower() in EXACT_LAYER_CODES:
-        if n_coded is not None or wait is not None or adversaries or transform is not None:
-            raise ValueError(
-                f"code={code!r} runs each task of the final layer with a backup copy and "
-                "keeps the first copy of each: n_coded, wait, adversaries and transform do "
-                "not apply"
-            )
+    coded_job = n_coded is not None or wait is not None or adversaries or transform is not None
+    if isinstance(code, str) and code.lower() in EXACT_LAYER_CODES and not coded_job:
         return _coded_layer(collection, code.lower(), code_options, timeout, fallback)
     try:
         call = _find_map(collection)

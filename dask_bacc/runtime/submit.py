@@ -381,18 +381,8 @@ async def _submit(
     error: float | None = None,
 ) -> CodedJob | RedundantJob:
     timeout = resolve_timeout(timeout)
-    if runs_as_layer(code, data):
-        if n_coded is not None or wait is not None or adversaries or error is not None:
-            raise ValueError(
-                f"code={code!r} on a dask DataFrame runs each partition's task with a backup "
-                "copy and returns the first copy of each: n_coded, wait, adversaries and "
-                "auto mode do not apply"
-            )
-        if transform is not None:
-            raise ValueError(
-                f"transform= decodes in a transformed domain; code={code!r} on a dask "
-                "DataFrame decodes nothing (it returns f's own partitions): drop it"
-            )
+    coded_job = n_coded is not None or wait is not None or adversaries or transform is not None
+    if runs_as_layer(code, data) and not coded_job and error is None:
         layer = partitions_layer(
             func, data, args, kwargs, labels.get("meta"), labels.get("columns")
         )
