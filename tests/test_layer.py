@@ -37,6 +37,9 @@ from dask_bacc.runtime.placement import place_copies
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 CODES = ["repetition", "speculative"]
+#: the same, speculative in the full suite only (the quick subset keeps under a minute;
+#: every chunking family still runs there, under repetition)
+CODES_QUICK = ["repetition", pytest.param("speculative", marks=pytest.mark.slow)]
 
 
 # -- mapped functions (module level: pickled by value) ------------------------------------
@@ -410,7 +413,7 @@ def client():
 class TestIdenticalToPlainDask:
     """Every case on one in-process cluster of 4 single-thread workers."""
 
-    @pytest.mark.parametrize("code", CODES)
+    @pytest.mark.parametrize("code", CODES_QUICK)
     @pytest.mark.parametrize("case", list(CASES))
     def test_identical(self, case, code):
         coll = CASES[case]()
