@@ -87,13 +87,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import itertools
 import json
 import os
 import platform
-import subprocess
 import sys
 import threading
 import time
@@ -106,6 +104,9 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import psutil
+
+# run as a script, benchmarks/ is on sys.path: the helpers dataframe_heavy.py has already
+from dataframe_heavy import describe_tree, trim_memory
 from distributed import Client, LocalCluster, futures_of, wait
 
 import dask_bacc
@@ -178,19 +179,6 @@ def calibrate(seconds: float) -> int:
 
 # -- measuring ---------------------------------------------------------------------------
 _libc: Any = None
-
-
-def trim_memory() -> None:
-    """Collect garbage and give freed heap pages back to the OS (glibc)."""
-    global _libc
-    gc.collect()
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL("libc.so.6")
-        except OSError:
-            _libc = False
-    if _libc:
-        _libc.malloc_trim(0)
 
 
 class PeakRSS:
@@ -701,29 +689,6 @@ def tables(summary: list[dict[str, Any]], args: argparse.Namespace) -> str:
             parts.append(line)
         parts.append("")
     return "\n".join(parts)
-
-
-def describe_tree() -> str:
-    where = os.path.dirname(os.path.dirname(os.path.abspath(dask_bacc.__file__)))
-    try:
-        head = subprocess.run(
-            ["git", "-C", where, "log", "-1", "--format=%h %s"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", where, "status", "--short", "dask_bacc"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        head, dirty = "", ""
-    if not head:
-        return f"dask_bacc from {dask_bacc.__file__} (not a git checkout)"
-    state = f"{len(dirty.splitlines())} file(s) modified under dask_bacc/" if dirty else "clean"
-    return f"dask_bacc from {dask_bacc.__file__} (commit {head[:60]}; {state})"
 
 
 def load() -> str:

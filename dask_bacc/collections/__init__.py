@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .base import Blocks, check_dtype, combine_rule
+from .layer import is_dask_frame
 from .numpy import ListBlocks, NumpyBlocks
 
 __all__ = ["Blocks", "adapt", "check_dtype", "combine_rule", "is_numpy"]
@@ -80,10 +81,8 @@ def adapt(
 
 def _is_frame(data: Any) -> bool:
     # a module that is not imported yet cannot have made ``data``: no import cost here
-    pd, dd = sys.modules.get("pandas"), sys.modules.get("dask.dataframe")
-    return (pd is not None and isinstance(data, (pd.DataFrame, pd.Series))) or (
-        dd is not None and isinstance(data, (dd.DataFrame, dd.Series))
-    )
+    pd = sys.modules.get("pandas")
+    return (pd is not None and isinstance(data, (pd.DataFrame, pd.Series))) or is_dask_frame(data)
 
 
 def _is_xarray(data: Any) -> bool:
