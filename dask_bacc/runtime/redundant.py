@@ -155,7 +155,6 @@ class RedundantJob(JobHandle):
         self._tail_since: float | None = None  # when no more blocks than workers were left
         self._ac: _dist.FutureQueue | None = None
         self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
-        self._primary_key: list[Key] = []  # the key each block's primary runs under
 
     def __repr__(self) -> str:
         return (
@@ -196,13 +195,13 @@ class RedundantJob(JobHandle):
         # it starts), and the scheduler must never see one key with two specs. A block
         # another task of the graph reads keeps its key.
         read = {d for node in layer.graph.values() for d in node.dependencies}
-        self._primary_key = [
+        primary_key = [
             key if key in read else keys.primary_key(self.token, b)
             for b, key in enumerate(layer.blocks)
         ]
         for b, key in enumerate(layer.blocks):
             task: Task = layer.graph[key]  # type: ignore[assignment]
-            pk = self._primary_key[b]
+            pk = primary_key[b]
             primary = _timed(task, pk, self.token, b, 0)
             if self._held[b] and not self._fenced:
                 free[pk] = primary  # Dask puts it next to its input, as planned
@@ -220,7 +219,8 @@ class RedundantJob(JobHandle):
             for d in inputs[b]:
                 self._users[d] += 1
         # data outputs (a persisted collection's keys) and the inputs a late copy reads
-        data_outputs = [k for k in layer.outputs if not _is_output_of_block(layer, k)]
+        of_blocks = {out for outs in layer.output_of.values() for out in outs}
+        data_outputs = [k for k in layer.outputs if k not in of_blocks]
         # (an output that is data and also another block's input is kept for the output:
         # one future, never released with the inputs)
         keep_inputs = [d for d in needed if d in layer.graph and d not in data_outputs]
@@ -228,9 +228,9 @@ class RedundantJob(JobHandle):
         graph = _graph(nodes, free, pinned, copies, where_to, Repetition.priority)
         # before the graph, on the same stream: no start event is missed
         _dist.subscribe_topic(self.client, keys.start_topic(self.token), self._on_start)
-        wanted = [*self._primary_key, *copies, *data_outputs, *keep_inputs]
+        wanted = [*primary_key, *copies, *data_outputs, *keep_inputs]
         futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
-        for b, key in enumerate(self._primary_key):
+        for b, key in enumerate(primary_key):
             self._track(b, 0, futures[key])
         for ck, (b, c, q) in planned.items():
             self._launched(b, c, q, futures[ck])
@@ -457,10 +457,6 @@ class RedundantJob(JobHandle):
         self._deps, self._copies, self._winner, self._data = {}, {}, {}, {}
         self._index_of = {}
         self._ac = None
-
-
-def _is_output_of_block(layer: Layer, out: Key) -> bool:
-    return any(out in outs for outs in layer.output_of.values())
 
 
 def _lost_worker(exc: BaseException | None) -> bool:
