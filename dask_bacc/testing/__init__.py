@@ -4,7 +4,9 @@ A tool module, like ``distributed.utils_test`` or ``xarray.testing``: the packag
 never imports it. It holds
 
 - straggler injection: seeded random delays (:func:`inject_stragglers` with
-  :class:`SlowWorkers`, :class:`Bimodal` or :class:`ShiftedExponential`) and, for
+  :class:`SlowWorkers`, :class:`Bimodal`, :class:`ShiftedExponential`, ``Pareto``,
+  or per host, by the test bed's worker names (``host_of``), ``SlowHosts``,
+  ``CorrelatedHosts`` or ``MovingSlowSet``) and, for
   deterministic tests, coded tasks held until a :class:`distributed.Event` is set
   (:func:`gate_stragglers`); both are eval hooks on the workers
   (:class:`dask_bacc.runtime.worker.EvalHook`);
@@ -31,8 +33,12 @@ from .stragglers import (
     PLAIN_SEQ_BASE,
     STRAGGLER_PLUGIN_NAME,
     Bimodal,
+    CorrelatedHosts,
     EventGate,
+    MovingSlowSet,
+    Pareto,
     ShiftedExponential,
+    SlowHosts,
     SlowWorkers,
     StragglerGate,
     StragglerInjection,
@@ -41,6 +47,7 @@ from .stragglers import (
     clear_stragglers,
     draw_delay,
     gate_stragglers,
+    host_of,
     inject_stragglers,
     plain_task,
     task_seconds,
@@ -50,8 +57,12 @@ __all__ = [
     "PLAIN_SEQ_BASE",
     "STRAGGLER_PLUGIN_NAME",
     "Bimodal",
+    "CorrelatedHosts",
     "EventGate",
+    "MovingSlowSet",
+    "Pareto",
     "ShiftedExponential",
+    "SlowHosts",
     "SlowWorkers",
     "StragglerGate",
     "StragglerInjection",
@@ -63,6 +74,7 @@ __all__ = [
     "clear_stragglers",
     "draw_delay",
     "gate_stragglers",
+    "host_of",
     "inject_stragglers",
     "plain_task",
     "reference_decode",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
@@ -37,8 +38,12 @@ __all__ = [
     "PLAIN_SEQ_BASE",
     "STRAGGLER_PLUGIN_NAME",
     "Bimodal",
+    "CorrelatedHosts",
     "EventGate",
+    "MovingSlowSet",
+    "Pareto",
     "ShiftedExponential",
+    "SlowHosts",
     "SlowWorkers",
     "StragglerGate",
     "StragglerInjection",
@@ -47,6 +52,7 @@ __all__ = [
     "clear_stragglers",
     "draw_delay",
     "gate_stragglers",
+    "host_of",
     "inject_stragglers",
     "plain_task",
     "task_seconds",
@@ -64,8 +70,9 @@ PLAIN_SEQ_BASE = 1_000_000_000
 class StragglerModel:
     """Extra seconds a coded eval task waits after ``func`` returned.
 
-    Subclasses give :meth:`draw`; :class:`SlowWorkers`, :class:`Bimodal` and
-    :class:`ShiftedExponential` are the built-in models.
+    Subclasses give :meth:`draw` (and override ``task_delay`` when tasks share a draw);
+    :class:`SlowWorkers`, :class:`Bimodal`, :class:`ShiftedExponential`, ``Pareto``,
+    ``SlowHosts``, ``CorrelatedHosts`` and ``MovingSlowSet`` are the built-in models.
     """
 
     def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
@@ -86,6 +93,33 @@ class StragglerModel:
             Seconds to wait, >= 0.
         """
         raise NotImplementedError
+
+    def task_delay(
+        self, seed: int, seq: int, index: int, worker_name: str = "", elapsed: float = 0.0
+    ) -> float:
+        """The delay of task ``index`` of job ``seq`` under ``seed`` (what
+        :func:`draw_delay` returns).
+
+        By default :meth:`draw` with a generator seeded by ``[seed, seq, index]``, so each
+        task's draw is independent of the others; models whose tasks share a draw (per
+        host, per period of jobs) override it. (It is not called ``delay``: several models
+        have a ``delay`` field.)
+
+        Parameters
+        ----------
+        seed, seq, index : int
+            The plugin's seed, the job's number and the task's index.
+        worker_name : str
+            The name of the worker running the task.
+        elapsed : float
+            How long ``func`` itself took, in seconds.
+
+        Returns
+        -------
+        float
+            Seconds to wait, >= 0.
+        """
+        return float(self.draw(np.random.default_rng([seed, seq, index]), worker_name, elapsed))
 
 
 def _nonneg(name: str, value: float) -> None:
@@ -180,6 +214,224 @@ class ShiftedExponential(StragglerModel):
 
     def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
         return self.shift + (float(rng.exponential(self.scale)) if self.scale > 0 else 0.0)
+
+
+def host_of(worker_name: str) -> str:
+    """The host a worker runs on, by the test bed's naming convention.
+
+    :class:`dask_bacc.bench.testbed.Testbed` names its workers ``h<host>-w<i>``: the host
+    is the part of the name before the first ``"-"``. A name without ``"-"`` is its own
+    host.
+
+    Parameters
+    ----------
+    worker_name : str
+        A worker's name.
+
+    Returns
+    -------
+    str
+        Its host, e.g. ``"h0"`` for ``"h0-w3"``.
+
+    Examples
+    --------
+    >>> host_of("h0-w3")
+    'h0'
+    >>> host_of("alice")
+    'alice'
+    """
+    return str(worker_name).split("-", 1)[0]
+
+
+def _hosts(name: str, hosts: Iterable[Any]) -> tuple[str, ...]:
+    if isinstance(hosts, str):
+        raise TypeError(f"{name} must be a tuple of host names, not a string: ({hosts!r},)")
+    out = tuple(str(h) for h in hosts)
+    for h in out:
+        if not h or "-" in h:
+            raise ValueError(f"{name}: a host name is non-empty and has no '-', got {h!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} has duplicates: {out}")
+    return out
+
+
+def _int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Pareto(StragglerModel):
+    """Heavy-tailed delays: every task waits ``scale * (X - 1)`` seconds, independently,
+    where ``X`` is Pareto distributed with minimum 1 and shape ``alpha``.
+
+    ``P(delay > t) = (1 + t / scale) ** -alpha``: the median is
+    ``scale * (2 ** (1 / alpha) - 1)``; the mean, ``scale / (alpha - 1)``, is infinite for
+    ``alpha <= 1``.
+
+    Parameters
+    ----------
+    alpha : float
+        Shape (tail index), > 0: the smaller, the heavier the tail.
+    scale : float
+        Seconds, >= 0 (0: no delay).
+    """
+
+    alpha: float
+    scale: float
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.alpha) and self.alpha > 0):
+            raise ValueError(f"alpha must be a finite number > 0, got {self.alpha}")
+        _nonneg("scale", self.scale)
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        return self.scale * float(rng.pareto(self.alpha))
+
+
+@dataclass(frozen=True)
+class SlowHosts(StragglerModel):
+    """Persistently slow hosts: every task on a worker of one of ``hosts`` (by
+    :func:`host_of`) waits ``delay + (factor - 1) * elapsed`` seconds.
+
+    Parameters
+    ----------
+    hosts : tuple of str
+        The slow hosts, e.g. ``("h1",)`` for the workers ``h1-w*`` of the test bed.
+    factor : float
+        At least 1: how many times ``func``'s own time each of their tasks takes in all.
+    delay : float
+        Seconds added to each of their tasks.
+    """
+
+    hosts: tuple[str, ...]
+    factor: float = 10.0
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hosts", _hosts("hosts", self.hosts))
+        _factor("factor", self.factor)
+        _nonneg("delay", self.delay)
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        if host_of(worker_name) not in self.hosts:
+            return 0.0
+        return self.delay + (self.factor - 1) * elapsed
+
+
+@dataclass(frozen=True)
+class CorrelatedHosts(StragglerModel):
+    """Hosts that are slow for a whole job: in each job, each host is slow with probability
+    ``p``, independently of the other hosts and jobs, and then every task of that job on
+    that host waits ``delay + (factor - 1) * elapsed`` seconds.
+
+    The verdict for host ``h`` (:func:`host_of` the worker's name) in job ``seq`` is drawn
+    by :meth:`task_delay` with a generator seeded by ``[seed, seq, zlib.crc32(h)]``, the
+    same for every task of the job on that host. (:meth:`draw` alone, with a per-task
+    generator, would give each task its own verdict.)
+
+    Parameters
+    ----------
+    p : float
+        Probability in [0, 1] that a host is slow in a job.
+    factor : float
+        At least 1: how many times ``func``'s own time a task on a slow host takes in all.
+    delay : float
+        Seconds added to each task on a slow host.
+    """
+
+    p: float
+    factor: float = 10.0
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.p <= 1:
+            raise ValueError(f"p must lie in [0, 1], got {self.p}")
+        _factor("factor", self.factor)
+        _nonneg("delay", self.delay)
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        if rng.random() >= self.p:
+            return 0.0
+        return self.delay + (self.factor - 1) * elapsed
+
+    def host_slow(self, seed: int, seq: int, host: str) -> bool:
+        """Whether ``host`` is slow in job ``seq`` under ``seed``."""
+        return bool(self._host_rng(seed, seq, host).random() < self.p)
+
+    @staticmethod
+    def _host_rng(seed: int, seq: int, host: str) -> np.random.Generator:
+        return np.random.default_rng([seed, seq, zlib.crc32(str(host).encode())])
+
+    def task_delay(
+        self, seed: int, seq: int, index: int, worker_name: str = "", elapsed: float = 0.0
+    ) -> float:
+        rng = self._host_rng(seed, seq, host_of(worker_name))
+        return float(self.draw(rng, worker_name, elapsed))
+
+
+@dataclass(frozen=True)
+class MovingSlowSet(StragglerModel):
+    """``count`` of ``hosts`` are slow, and which ones changes every ``period`` jobs.
+
+    For job ``seq`` the slow set is
+    ``np.random.default_rng([seed, seq // period]).choice(sorted(hosts), count,
+    replace=False)``; every task on a worker of a slow host (by :func:`host_of`) waits
+    ``delay + (factor - 1) * elapsed`` seconds.
+
+    Parameters
+    ----------
+    hosts : tuple of str
+        The hosts, e.g. ``("h0", "h1", "h2", "h3")``.
+    count : int
+        How many of them are slow at a time, in ``[0, len(hosts)]``.
+    period : int
+        Jobs (>= 1) between two redraws of the slow set.
+    factor : float
+        At least 1: how many times ``func``'s own time a task on a slow host takes in all.
+    delay : float
+        Seconds added to each task on a slow host.
+    """
+
+    hosts: tuple[str, ...]
+    count: int
+    period: int
+    factor: float = 10.0
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hosts", _hosts("hosts", self.hosts))
+        if not self.hosts:
+            raise ValueError("hosts must name at least one host")
+        count = _int("count", self.count, 0)
+        if count > len(self.hosts):
+            raise ValueError(f"count must be <= len(hosts) = {len(self.hosts)}, got {count}")
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "period", _int("period", self.period, 1))
+        _factor("factor", self.factor)
+        _nonneg("delay", self.delay)
+
+    def slow_hosts(self, seed: int, seq: int) -> frozenset[str]:
+        """The slow hosts in job ``seq`` under ``seed``."""
+        return self._pick(np.random.default_rng([seed, seq // self.period]))
+
+    def _pick(self, rng: np.random.Generator) -> frozenset[str]:
+        chosen = rng.choice(sorted(self.hosts), self.count, replace=False)
+        return frozenset(str(h) for h in chosen)
+
+    def draw(self, rng: np.random.Generator, worker_name: str, elapsed: float) -> float:
+        if host_of(worker_name) not in self._pick(rng):
+            return 0.0
+        return self.delay + (self.factor - 1) * elapsed
+
+    def task_delay(
+        self, seed: int, seq: int, index: int, worker_name: str = "", elapsed: float = 0.0
+    ) -> float:
+        rng = np.random.default_rng([seed, seq // self.period])
+        return float(self.draw(rng, worker_name, elapsed))
 
 
 #: ``(seq, index, worker name, seconds)``: one entry of a plugin's logs
@@ -311,7 +563,7 @@ def draw_delay(
     float
         The delay in seconds.
     """
-    return float(model.draw(np.random.default_rng([seed, seq, index]), worker_name, elapsed))
+    return model.task_delay(seed, seq, index, worker_name, elapsed)
 
 
 _Injection = TypeVar("_Injection", bound="StragglerInjection")
