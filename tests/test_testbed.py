@@ -310,6 +310,31 @@ def test_testbed_workers_that_crash():
     assert bed.tmpdir is not None and not bed.tmpdir.exists()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_testbed_close_interrupted_still_stops_everything(monkeypatch):
+    from dask_bacc.bench import testbed
+
+    bed = Testbed(1, nanny=False).start()
+    pids, tmpdir = [p.pid for p in bed.processes], bed.tmpdir
+    stop, calls = testbed._stop, []
+
+    def interrupted(procs, *args):
+        calls.append([p.name for p in procs])
+        stop(procs, *args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # a second Ctrl-C while the workers stop
+
+    monkeypatch.setattr(testbed, "_stop", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bed.close()
+    assert calls == [["h0-w0"], ["scheduler"]]
+    assert not _alive(pids)
+    assert tmpdir is not None and not tmpdir.exists()
+    bed.close()  # closed: nothing more to do
+    assert len(calls) == 2
+
+
 _SCRIPT = """
 import sys, time
 from dask_bacc.bench.testbed import Testbed

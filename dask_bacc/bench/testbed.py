@@ -245,17 +245,25 @@ class Testbed:
         """
         if self._closed:
             return
-        self._closed = True
-        atexit.unregister(self.close)
         workers = [p for p in self.processes if p.name != "scheduler"]
         scheduler = [p for p in self.processes if p.name == "scheduler"]
-        _stop(workers)
-        _stop(scheduler)
-        if self._net is not None:
-            self._net.teardown()
-        if self.tmpdir is not None and not self.keep_tmpdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-        self.address = ""
+        # each step runs even if an earlier one is interrupted (a second Ctrl-C, a
+        # SIGTERM handler that raises SystemExit)
+        try:
+            _stop(workers)
+        finally:
+            try:
+                _stop(scheduler)
+            finally:
+                try:
+                    if self._net is not None:
+                        self._net.teardown()
+                finally:
+                    if self.tmpdir is not None and not self.keep_tmpdir:
+                        shutil.rmtree(self.tmpdir, ignore_errors=True)
+                    self.address = ""
+                    self._closed = True
+                    atexit.unregister(self.close)
 
     def __enter__(self) -> Testbed:
         return self.start()
@@ -397,19 +405,21 @@ class Testbed:
 
 def _stop(procs: Sequence[TestbedProcess], timeout: float = TERM_TIMEOUT) -> None:
     """SIGTERM each leader, wait up to ``timeout``, then SIGKILL each whole process group."""
-    for p in procs:
-        if p.popen.poll() is None:
-            _signal(p.pid, signal.SIGTERM, group=False)
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
-            p.popen.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for p in procs:
-        # the group outlives a leader that exited (a nanny's worker): sweep it too
-        _signal(p.pid, signal.SIGKILL, group=True)
-        p.popen.wait()
+    try:
+        for p in procs:
+            if p.popen.poll() is None:
+                _signal(p.pid, signal.SIGTERM, group=False)
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+    finally:  # also when the wait is interrupted
+        for p in procs:
+            # the group outlives a leader that exited (a nanny's worker): sweep it too
+            _signal(p.pid, signal.SIGKILL, group=True)
+            p.popen.wait()
 
 
 def _signal(pid: int, sig: int, *, group: bool) -> None:
