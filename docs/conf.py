@@ -61,6 +61,7 @@ exclude_patterns = [
     "adaptive/**",
     "bench/**",
     "iterative/**",
+    "regimes/**",
 ]
 
 nitpicky = True
