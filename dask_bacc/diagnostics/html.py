@@ -109,6 +109,9 @@ def _report_rows(rep: Any) -> list[tuple[str, str]]:
             f"{seconds(rep.time_to_decode)} (slowest result used {seconds(rep.slowest_used)})",
         )
     )
+    savings = rep.savings_line() if hasattr(rep, "savings_line") else None
+    if savings:
+        rows.append(("Against plain Dask", _e(savings)))
     if rep.error_estimate is not None:
         worst = max((e for e in rep.block_errors or [] if e is not None), default=None)
         estimate = f"{rep.error_estimate:.3g}" + (

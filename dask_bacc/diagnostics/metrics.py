@@ -12,7 +12,12 @@ registered there reads the plugin's totals at scrape time. Names follow distribu
   when their client left), ``failed``;
 - ``dask_bacc_decode_seconds``: histogram of the time to decode of decoded jobs;
 - ``dask_bacc_stragglers``: histogram of stragglers per job (tasks still out at decode);
-- ``dask_bacc_jobs_running``: jobs not closed yet.
+- ``dask_bacc_jobs_running``: jobs not closed yet;
+- ``dask_bacc_time_saved_seconds``: seconds the closed jobs answered before plain Dask
+  would have, summed (a gauge: a job whose coding cost time lowers it; jobs whose
+  uncoded time is unknown add nothing);
+- ``dask_bacc_cpu_seconds_total``: thread-seconds of coded tasks, and
+  ``dask_bacc_redundant_cpu_seconds_total`` the part an uncoded run would not have spent.
 """
 
 from __future__ import annotations
@@ -81,6 +86,21 @@ class BaccMetricCollector(_base()):  # type: ignore[misc]
             yield HistogramMetricFamily(
                 self.build_name(name), doc, buckets=buckets, sum_value=hist.sum
             )
+        yield GaugeMetricFamily(
+            self.build_name("time_saved_seconds"),
+            "Seconds coded jobs answered before plain Dask would have, summed over jobs",
+            value=plugin.time_saved_total,
+        )
+        yield CounterMetricFamily(
+            self.build_name("cpu_seconds"),
+            "Thread-seconds of coded tasks",
+            value=plugin.cpu_total,
+        )
+        yield CounterMetricFamily(
+            self.build_name("redundant_cpu_seconds"),
+            "Thread-seconds of coded tasks an uncoded run would not have spent",
+            value=plugin.redundant_cpu_total,
+        )
         yield GaugeMetricFamily(
             self.build_name("jobs_running"),
             "Coded jobs not finished yet",

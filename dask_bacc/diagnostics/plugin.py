@@ -70,6 +70,7 @@ class TaskTrack:
     """One coded task (eval or speculative backup) as the scheduler saw it."""
 
     __slots__ = (
+        "cpu",
         "dispatched",
         "ended",
         "index",
@@ -95,6 +96,9 @@ class TaskTrack:
         self.outcome = "pending"
         self.reason: str | None = None
         self.lost = False  # its worker left (a pinned task then sits in no-worker)
+        #: thread-seconds it computed, from its worker's start/stop times (None: not known
+        #: yet; a task cancelled while running: from dispatch to its release)
+        self.cpu: float | None = None
 
 
 class DecodeRound:
@@ -134,6 +138,7 @@ class JobStats:
         self.closed: float | None = None
         self.outcome: str | None = None
         self.quiet_since: float | None = None  # one of (no live task, client's word) so far
+        self.cpu_counted: set[int] = set()  # tasks whose thread time is in the totals
 
     # -- derived figures ----------------------------------------------------------------
     def decode_round(self) -> DecodeRound | None:
@@ -269,10 +274,41 @@ class JobStats:
             "decode_seconds": self.decode_seconds(),
             "error_estimate": rep.get("error_estimate"),
             "error": rep.get("error"),
+            **self.savings(),
             "client": self.client,
             "span_id": self.span_id,
             "closed": self.closed is not None,
         }
+
+    def savings(self) -> dict[str, Any]:
+        """Against plain Dask: ``time_saved`` and ``plain_ready`` (with its source) from the
+        client's report, and the thread-seconds the scheduler saw (``total_cpu``) with the
+        part an uncoded run would not have spent (``redundant_cpu``, see
+        :func:`dask_bacc.runtime.savings.cpu_split`; None before the client's report)."""
+        rep = self.report or {}
+        cpu = {t.index: t.cpu for t in self.tasks.values() if t.cpu is not None}
+        total = redundant = None
+        if cpu:
+            total = float(sum(cpu.values()))
+            if self.report is not None:
+                redundant = sum(self._redundant(i, s) for i, s in cpu.items())
+        return {
+            "time_saved": rep.get("time_saved"),
+            "plain_ready": rep.get("plain_ready"),
+            "plain_ready_source": rep.get("plain_ready_source"),
+            "total_cpu": total,
+            "redundant_cpu": redundant,
+        }
+
+    def _redundant(self, i: int, seconds: float) -> float:
+        """The part of task ``i``'s ``seconds`` an uncoded run would not have spent (once
+        the client's report says which tasks an uncoded run stands for)."""
+        rep = self.report or {}
+        uncoded = rep.get("uncoded_tasks")
+        if uncoded:
+            return 0.0 if i in {int(j) for j in uncoded} else seconds
+        K, N = self.K or 0, self.N or len(self.tasks)
+        return seconds * max(N - K, 0) / N if N else 0.0
 
     def detail(self, now: float) -> dict[str, Any]:
         """The summary plus every coded task's timeline (seconds since the job started)."""
@@ -299,6 +335,7 @@ class JobStats:
                     "submitted": rel(t.submitted),
                     "dispatched": rel(t.dispatched),
                     "ended": rel(t.ended),
+                    "cpu": t.cpu,
                     "outcome": outcome,
                     "reason": reason,
                 }
@@ -344,6 +381,13 @@ class BaccDiagnostics(SchedulerPlugin):
         self.tasks_total: Counter[str] = Counter()
         self.decode_hist = _Histogram(DECODE_BUCKETS)
         self.straggler_hist = _Histogram(STRAGGLER_BUCKETS)
+        #: against plain Dask, over the session: seconds saved by the closed jobs that
+        #: could tell (``time_saved`` in their report), how many those were, and the
+        #: thread-seconds of coded tasks, in total and the redundant part
+        self.time_saved_total = 0.0
+        self.time_saved_jobs = 0
+        self.cpu_total = 0.0
+        self.redundant_cpu_total = 0.0
         #: the straggler model (``bacc.diagnostics.model``), built on the scheduler
         self.model: LatencyModel | None = None
 
@@ -435,12 +479,14 @@ class BaccDiagnostics(SchedulerPlugin):
             t.released = None
         elif finish == "memory":
             t.worker = kw.get("worker", t.worker)
+            self._note_cpu(job, t, kw)
             if t.outcome not in _TERMINAL:
                 t.outcome, t.ended = "landed", now
                 if kw.get("typename") == FAILURE_TYPE:  # func raised, or NaN/inf
                     t.outcome, t.reason = "failed", "failed (the job's report says why)"
             t.released = None
         elif finish == "erred":
+            self._note_cpu(job, t, kw)
             if t.outcome not in _TERMINAL:
                 ts = self.scheduler.tasks.get(key)
                 text = kw.get("exception_text") or getattr(ts, "exception_text", None)
@@ -456,12 +502,53 @@ class BaccDiagnostics(SchedulerPlugin):
             self._let_go(job, t, now)
             if t.outcome not in _TERMINAL:
                 t.ended = t.released or now
+                if t.cpu is None and t.dispatched is not None and t.outcome == "running":
+                    t.cpu = max(t.ended - t.dispatched, 0.0)  # cancelled while running
+                    self._count_cpu(job)
                 # its worker left (the task, or the share it waited for, went with it)
                 if t.lost or (t.worker is not None and t.worker not in self.scheduler.workers):
                     t.outcome, t.reason = "failed", f"worker {t.worker} left before returning"
                 else:
                     t.outcome = "cancelled"
             self._maybe_close(job, now)
+
+    def _note_cpu(self, job: JobStats, t: TaskTrack, kw: dict[str, Any]) -> None:
+        """The thread time of a task that returned: its ``compute`` start/stop pairs."""
+        spans = kw.get("startstops") or ()
+        seconds = [
+            float(ss["stop"]) - float(ss["start"])
+            for ss in spans
+            if isinstance(ss, dict) and ss.get("action") == "compute"
+        ]
+        if seconds:
+            t.cpu = max(sum(seconds), 0.0)
+            self._count_cpu(job)
+
+    def _count_cpu(self, job: JobStats) -> None:
+        """Add the thread time of the job's tasks not counted yet to the session totals,
+        once the client has said which tasks an uncoded run stands for (or the job closed
+        without its word): tasks may end after the job closed (held stragglers)."""
+        if job.report is None and job.closed is None:
+            return
+        for t in job.tasks.values():
+            if t.cpu is not None and t.index not in job.cpu_counted:
+                job.cpu_counted.add(t.index)
+                self.cpu_total += t.cpu
+                self.redundant_cpu_total += job._redundant(t.index, t.cpu)
+
+    def cpu_of(self, token: str, now: float) -> dict[int, float] | None:
+        """Thread-seconds of each coded task of job ``token`` so far: measured for those
+        that returned, since dispatch for those still running; None for an unknown job."""
+        job = self.jobs.get(token)
+        if job is None:
+            return None
+        out = {}
+        for t in job.tasks.values():
+            if t.cpu is not None:
+                out[t.index] = t.cpu
+            elif t.outcome == "running" and t.dispatched is not None:
+                out[t.index] = max(now - t.dispatched, 0.0)
+        return out
 
     def _let_go(self, job: JobStats, t: TaskTrack, now: float) -> None:
         """A landed result was let go before the client said anything: a job decoded on
@@ -547,6 +634,7 @@ class BaccDiagnostics(SchedulerPlugin):
                 t = job.tasks.get(int(i))
                 if t is not None and t.outcome == "landed":
                     job.rejected[int(i)] = str(reason)  # e.g. a result of the wrong shape
+            self._count_cpu(job)
             self._maybe_close(job, now)
         self.version += 1
 
@@ -595,6 +683,11 @@ class BaccDiagnostics(SchedulerPlugin):
         if seconds is not None and job.outcome == "decoded":
             self.decode_hist.observe(seconds)
         self.straggler_hist.observe(len(job.straggled()))
+        saved = (job.report or {}).get("time_saved")
+        if saved is not None:
+            self.time_saved_total += float(saved)
+            self.time_saved_jobs += 1
+        self._count_cpu(job)
         if self.model is not None:
             self.model.observe_job(self._observations(job, now))
         self._trim()
@@ -671,6 +764,11 @@ class BaccDiagnostics(SchedulerPlugin):
                 ],
                 "tasks": dict(self.tasks_total),
                 "running": sum(1 for j in self.jobs.values() if j.closed is None),
+                # against plain Dask, over the session (jobs closed, thread time as seen)
+                "time_saved": self.time_saved_total,
+                "time_saved_jobs": self.time_saved_jobs,
+                "cpu": self.cpu_total,
+                "redundant_cpu": self.redundant_cpu_total,
             },
             # the straggler model: per worker, per host and the cluster (None when off)
             "workers": None if self.model is None else self.model.snapshot(),

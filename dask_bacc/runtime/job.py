@@ -52,6 +52,7 @@ from .handle import JobHandle, describe
 from .launch import CodedLaunch, Launch
 from .quality import JobQuality
 from .report import JobReport
+from .savings import cpu_split, plain_ready, plain_shares, uncoded_tasks
 from .wait import WaitPolicy
 from .worker import (
     DONE_OP,
@@ -167,10 +168,12 @@ def _job_done(
     keys: list[Key],
     everywhere: bool = True,
     dask_scheduler: Scheduler | None = None,
-) -> list[Key]:
+) -> dict[str, Any]:
     """On the scheduler: tell ``workers`` that job ``token`` is over (their evals not yet
-    started skip ``func``, injected delays end) and return which of ``keys`` are being
-    processed by a worker (stragglers still running).
+    started skip ``func``, injected delays end) and return ``{"running": which of
+    ``keys`` are being processed by a worker (stragglers still running), "cpu": the
+    thread-seconds of each coded task so far, from the diagnostics plugin (None without
+    it)}``.
 
     Unless the plugin is known to be ``everywhere``, only workers whose heartbeat says it
     is set up are told: a stream message with an op the worker has no handler for would
@@ -198,7 +201,28 @@ def _job_done(
         ttl=config.seconds("diagnostics.span-ttl"),
         now=now(),
     )
-    return running
+    plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
+    cpu_of = getattr(plugin, "cpu_of", None)
+    return {"running": running, "cpu": None if cpu_of is None else cpu_of(token, now())}
+
+
+def _model_quantiles(
+    workers: list[str], dask_scheduler: Scheduler | None = None
+) -> dict[str, list[float]] | None:
+    """On the scheduler: the straggler model's relative latency quantiles (q50, q90, q99)
+    of ``workers``; None when the diagnostics plugin or its model is off."""
+    assert dask_scheduler is not None
+    plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
+    model = getattr(plugin, "model", None)
+    if model is None:
+        return None
+    out = {}
+    for w in workers:
+        ws = dask_scheduler.workers.get(w)
+        p = model.predict(w, ws.host if ws is not None else None)
+        if p.n_eff > 0:  # a prior is no estimate of this worker
+            out[w] = [p.q50, p.q90, p.q99]
+    return out
 
 
 def _dashboard_link(client: Client, token: str) -> str | None:
@@ -293,6 +317,12 @@ class CodedJob(JobHandle):
         self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
         #: coded index -> block, for the shares that are a block's own data
         self._data_rows = code.data_rows()
+        #: the coded task standing for each block in an uncoded run (None: no such tasks)
+        self._plain = plain_shares(self._data_rows, code.K)
+        self.report.plain_shares = list(self._plain or [])
+        #: the straggler model's quantiles of the workers of plain shares still out at the
+        #: decode, fetched while it runs (for the uncoded counterfactual)
+        self._quantiles: asyncio.Future[Any] | None = None
         self._on_error = _choice("on-error", ("raise", "erase"))
         self._on_domain = _choice("on-domain-failure", ("exact", "erase"))
         #: func's exceptions on mixed shares not judged yet (bacc.on-error: raise): the
@@ -595,6 +625,7 @@ class CodedJob(JobHandle):
         self.report.trigger = action.trigger
         self._sync_report()
         self.report.straggled = self.decider.straggled()
+        self._fetch_quantiles()
         # adversaries=: leave out the results located as corrupted
         used = await self.quality.screen(action.used)
         if self.decode_here:
@@ -624,6 +655,59 @@ class CodedJob(JobHandle):
                 )
             )
         return output
+
+    def _fetch_quantiles(self) -> None:
+        """Ask the scheduler's straggler model about the workers of the plain shares still
+        out, in the background while the decode runs (never waited for: a reply that has
+        not come by the end leaves a lower bound). Only when there are such shares and the
+        diagnostics plugin is on."""
+        monitor = self._monitor
+        if self._quantiles is not None or self._plain is None or not monitor or not monitor.send:
+            return
+        arrived = self.decider.arrival
+        out = sorted({self.workers[i] for i in self._plain if i not in arrived})
+        if out:
+            self._quantiles = asyncio.ensure_future(
+                _dist.run_on_scheduler(self.client, _model_quantiles, out)
+            )
+            self._quantiles.add_done_callback(_quiet)
+
+    def _fill_savings(self) -> None:
+        """The uncoded counterfactual into the report (``docs/diagnostics.md``, "What a job
+        saved"), from the arrivals and, if it answered already, the straggler model."""
+        rep = self.report
+        if rep.status != "finished" or rep.time_to_decode is None:
+            return
+        predictions = None
+        q = self._quantiles
+        if q is not None and q.done() and not q.cancelled() and q.exception() is None:
+            predictions = q.result()
+        # a plain share still out had not finished by the decode; one still pending now,
+        # not by now (the result is being handed over)
+        now = self._elapsed()
+        since = {
+            i: now
+            if getattr(self._evals.get(i), "status", None) == "pending"
+            else rep.time_to_decode
+            for i in self._plain or ()
+        }
+        cf = plain_ready(self._plain, rep.arrival, rep.failed, since, rep.workers, predictions)
+        rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
+        rep.plain_estimated = cf.estimated
+        rep.plain_ready_estimated = bool(cf.estimated)
+        if cf.plain_ready is not None:
+            rep.time_saved = cf.plain_ready - rep.time_to_decode
+        rep.uncoded_tasks = uncoded_tasks(self._data_rows, self._plain, rep.returned) or []
+
+    def _fill_cpu(self, cpu: dict[Any, float] | None) -> None:
+        """Thread-seconds of the coded tasks (the scheduler plugin's measure) into the
+        report: in total, and beyond what an uncoded run would have spent."""
+        if cpu is None:
+            return
+        rep = self.report
+        per_task = {int(i): float(v) for i, v in cpu.items()}
+        uncoded = rep.uncoded_tasks if self._plain is not None and rep.uncoded_tasks else None
+        rep.total_cpu, rep.redundant_cpu = cpu_split(per_task, self.code.K, rep.N, uncoded)
 
     def _out_dtype(self, dtype: str, selects: bool) -> np.dtype[Any]:
         """The output's dtype: the results' own where the decode ``selects`` them
@@ -939,6 +1023,7 @@ class CodedJob(JobHandle):
         """Count the stragglers, drop every reference; return the futures left to stop:
         the straggling evals by index, and the job's other unfinished tasks."""
         self._sync_report()
+        self._fill_savings()
         stragglers = {i: f for i, f in self._evals.items() if f.status == "pending"}
         self.report.cancelled += len(stragglers)
         cancel = [f for f in self._stage if f.status == "pending"]
@@ -971,14 +1056,14 @@ class CodedJob(JobHandle):
         try:
             workers = sorted(set(self.workers.values()))
             keys_ = [f.key for f in stragglers.values()]
-            running = set(
-                await asyncio.wait_for(
-                    _dist.run_on_scheduler(
-                        client, _job_done, self.token, workers, keys_, plugin_everywhere(client)
-                    ),
-                    timeout=5,
-                )
+            answer = await asyncio.wait_for(
+                _dist.run_on_scheduler(
+                    client, _job_done, self.token, workers, keys_, plugin_everywhere(client)
+                ),
+                timeout=5,
             )
+            running = set(answer["running"])
+            self._fill_cpu(answer.get("cpu"))
         except Exception:  # best effort: without the answer every straggler is cancelled
             pass
         cancel = cancel + [f for f in stragglers.values() if f.key not in running]
@@ -1010,6 +1095,12 @@ async def _drop_when_done(held: list[tuple[Future[Any], str]], client: Client) -
                 held[:] = [(f, w) for f, w in held if w in live]
                 await _dist.cancel(client, gone, reason="bacc: worker left")
     held.clear()
+
+
+def _quiet(task: asyncio.Future[Any]) -> None:
+    """Retrieve a background request's exception (best effort: nothing depends on it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Nothing(enum.Enum):

@@ -45,6 +45,7 @@ from . import _dist, keys
 from .handle import JobHandle, describe
 from .placement import choose_workers, place_copies
 from .report import JobReport
+from .savings import cpu_split, plain_ready
 from .speculative import Speculation
 from .worker import run_started
 
@@ -138,6 +139,7 @@ class RedundantJob(JobHandle):
             N=K,
             wait_target=K,
             workers=[""] * K,
+            plain_shares=list(range(K)),  # the primaries: what plain Dask runs
         )
         self._start = time.perf_counter()
         self._copies: dict[int, dict[int, Future[Any]]] = {b: {} for b in range(K)}
@@ -320,6 +322,7 @@ class RedundantJob(JobHandle):
                 self.report.cancelled += len(losers)
                 await _dist.cancel(self.client, losers, reason="bacc: the other copy won")
         self.report.time_to_decode = self._elapsed()
+        self._fill_savings()
         self.report.trigger = "wait"
         self.report.error_estimate = 0.0
         self.report.estimate_method = "exact"
@@ -334,6 +337,31 @@ class RedundantJob(JobHandle):
             return dict(zip(values, got, strict=True))
         tag = f"bacc{self.token[:12]}"
         return self.layer.rebuild({self.layer.renamed(k, tag): v for k, v in values.items()}, tag)
+
+    def _fill_savings(self) -> None:
+        """Against plain Dask, which runs the primaries alone (docs/diagnostics.md, "What a
+        job saved"): a primary that won gives its block's time, measured; one that lost had
+        not finished when the other copy won (a lower bound). Thread time on the client's
+        clock: each copy from its start event until it won, or until the winner of its
+        block arrived (a cancelled copy that was running runs on: at least that)."""
+        rep, K = self.report, self.K
+        won_at: dict[int, float] = {}  # block -> when its winner arrived
+        winners: dict[int, int] = {}  # block -> copy that won
+        for i in rep.returned:
+            won_at[i % K], winners[i % K] = rep.arrival[i], i // K
+        since = {b: won_at[b] for b in range(K) if b in won_at}
+        cf = plain_ready(rep.plain_shares, rep.arrival, rep.failed, since)
+        rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
+        rep.plain_estimated, rep.plain_ready_estimated = cf.estimated, bool(cf.estimated)
+        if cf.plain_ready is not None and rep.time_to_decode is not None:
+            rep.time_saved = cf.plain_ready - rep.time_to_decode
+        cpu: dict[int, float] = {}
+        for (b, c), start in self._started_at.items():
+            end = won_at.get(b)
+            if end is not None and end > start:
+                cpu[b + c * K] = end - start
+        rep.uncoded_tasks = [b + winners.get(b, 0) * K for b in range(K)]
+        rep.total_cpu, rep.redundant_cpu = cpu_split(cpu, K, rep.N, rep.uncoded_tasks)
 
     async def _arrived(self, fut: Future[Any]) -> list[Future[Any]]:
         """Take one finished copy; return the other copies to cancel."""

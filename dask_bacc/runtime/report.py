@@ -107,6 +107,45 @@ class JobReport:
         Coded tasks mixing blocks on which func raised or returned NaN/inf while it
         succeeded on shares of real data: f is not defined on coded blocks. The job then
         warned and (``bacc.on-domain-failure: exact``) decoded from real data only.
+    plain_shares : list of int
+        The coded task standing for each block in an uncoded run (its *plain share*: the
+        lowest coded index whose share is the block's own data: a systematic share,
+        repetition's copy b, a primary). Empty for codes without such shares (Berrut,
+        spline, Lagrange). See docs/diagnostics.md, "What a job saved".
+    uncoded_tasks : list of int
+        The K coded tasks whose thread time an uncoded run would have spent too: per
+        block, the first share of its own data whose result was used (the winning copy),
+        else its plain share. Empty without plain shares.
+    plain_ready : float or None
+        The plain-Dask counterfactual: when every block would have been ready uncoded
+        (seconds since submit), the latest of the plain shares' finish times: measured
+        where the plain share returned, estimated where it was still out when the job
+        stopped following it. None when it cannot be told: no plain shares, a plain share
+        failed, or the job did not decode.
+    plain_ready_estimated : bool
+        Whether any block's time in ``plain_ready`` is an estimate (``plain_estimated``).
+    plain_ready_source : str or None
+        The least certain source among the blocks: ``"measured"`` (every plain share
+        returned), ``"model"`` (the scheduler's straggler model estimated a cancelled
+        share's finish) or ``"lower-bound"`` (a cancelled share's time is when the job
+        stopped waiting for it: it would have finished later).
+    plain_estimated : list of int
+        Blocks whose uncoded finish time was estimated.
+    time_saved : float or None
+        ``plain_ready - time_to_decode``: seconds the coded job answered before plain
+        Dask would have (negative: the coding cost time). With a ``"lower-bound"`` source
+        it is a lower bound too.
+    total_cpu : float or None
+        Thread-seconds spent by the job's coded tasks (CodedJob: each task's compute time
+        as its worker reported it to the scheduler, a straggler still running at the job's
+        clean-up counted until then; RedundantJob: each copy from its start event until it
+        returned or was cancelled, on the client's clock). None without the scheduler
+        plugin (CodedJob) and until the job's clean-up round trip, just after the output
+        is handed over.
+    redundant_cpu : float or None
+        The part of ``total_cpu`` an uncoded run would not have spent: every task but the
+        ``uncoded_tasks``. Without plain shares, ``(N - K) / N`` of ``total_cpu`` (the
+        coded tasks do equal work).
     """
 
     token: str
@@ -144,6 +183,15 @@ class JobReport:
     domain_failure: list[int] = field(default_factory=list)
     dashboard: str | None = None
     auto: dict[str, Any] | None = None
+    plain_shares: list[int] = field(default_factory=list)
+    uncoded_tasks: list[int] = field(default_factory=list)
+    plain_ready: float | None = None
+    plain_ready_estimated: bool = False
+    plain_ready_source: str | None = None
+    plain_estimated: list[int] = field(default_factory=list)
+    time_saved: float | None = None
+    total_cpu: float | None = None
+    redundant_cpu: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
@@ -171,6 +219,23 @@ class JobReport:
             data[key] = {int(k): v for k, v in (data.get(key) or {}).items()}
         return cls(**data)
 
+    def savings_line(self) -> str | None:
+        """``"time saved 1.234s against plain Dask (ready at ...), extra CPU ..."``, or
+        None when neither is known."""
+        parts = []
+        if self.time_saved is not None and self.plain_ready is not None:
+            how = "" if not self.plain_ready_estimated else f", {self.plain_ready_source} estimate"
+            bound = "at least " if self.plain_ready_source == "lower-bound" else ""
+            parts.append(
+                f"time saved {bound}{self.time_saved:.3f}s against plain Dask (ready at "
+                f"{bound}{self.plain_ready:.3f}s{how})"
+            )
+        if self.redundant_cpu is not None and self.total_cpu is not None:
+            parts.append(
+                f"extra CPU {self.redundant_cpu:.3f}s of {self.total_cpu:.3f}s thread time"
+            )
+        return ", ".join(parts) or None
+
     def _repr_html_(self) -> str:
         from ..diagnostics.html import report_html
 
@@ -192,6 +257,9 @@ class JobReport:
             + (f", backups {len(self.backups)}" if self.backups else "")
             + (f", rerouted {len(self.rerouted)}" if self.rerouted else ""),
         ]
+        savings = self.savings_line()
+        if savings:
+            lines.append(f"  {savings}")
         for i, reason in sorted(self.failed.items()):
             lines.append(
                 f"    task {i} on {self.workers[i] if i < len(self.workers) else '?'}: {reason}"
