@@ -49,7 +49,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -290,7 +290,7 @@ class _Runner:
             busy, cpu, moved = self._totals()
             if busy == 0 or time.perf_counter() > deadline:
                 return cpu, moved
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     # -- jobs --------------------------------------------------------------------------------
     def run(self, strategy: str, rnd: int, job_no: int) -> list[Job]:
@@ -706,6 +706,34 @@ def main(argv: list[str] | None = None) -> int:
             cells = [cells[int(i)] for i in args.cells.split(",")]
         t_start = time.perf_counter()
         jobs = []
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": _git(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "dask_bacc": dask_bacc.__version__,
+            "rounds": args.rounds,
+            "emulated_hosts": bool(args.emulate_hosts),
+            "bandwidth": args.bandwidth,
+            "wall_seconds": None,
+            "command": "python benchmarks/regimes.py "
+            + " ".join(sys.argv[1:] if argv is None else argv),
+            "default": {
+                "code": dask.config.get("bacc.code"),
+                "redundancy": dask.config.get("bacc.redundancy"),
+            },
+        }
+
+        def save() -> None:  # after every cell: an interrupted run keeps what it measured
+            meta["wall_seconds"] = round(time.perf_counter() - t_start, 1)
+            record = {
+                "meta": meta,
+                "cells": [asdict(c) for c in cells],
+                "strategies": list(strategies),
+                "jobs": [asdict(j) for j in jobs],
+            }
+            (RESULTS / f"{stem}.json").write_text(json.dumps(record, indent=1))
+
         n_clusters = len({c.workers for c in cells})
         total = (len(cells) * args.rounds + n_clusters) * len(strategies)
         bar = tqdm(total=total, desc="regimes", unit="job")
@@ -727,35 +755,11 @@ def main(argv: list[str] | None = None) -> int:
                         warmup=n == 0,  # imports and connections, once per cluster
                         progress=bar,
                     )
+                    save()
         bar.close()
-        meta = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": _git(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "dask_bacc": dask_bacc.__version__,
-            "rounds": args.rounds,
-            "emulated_hosts": bool(args.emulate_hosts),
-            "bandwidth": args.bandwidth,
-            "wall_seconds": round(time.perf_counter() - t_start, 1),
-            "command": "python benchmarks/regimes.py "
-            + " ".join(sys.argv[1:] if argv is None else argv),
-            "default": {
-                "code": dask.config.get("bacc.code"),
-                "redundancy": dask.config.get("bacc.redundancy"),
-            },
-        }
-        (RESULTS / f"{stem}.json").write_text(
-            json.dumps(
-                {
-                    "meta": meta,
-                    "cells": [asdict(c) for c in cells],
-                    "strategies": list(strategies),
-                    "jobs": [asdict(j) for j in jobs],
-                },
-                indent=1,
-            )
-        )
+    ran = sorted({j.cell for j in jobs})  # an interrupted run: the cells it finished
+    cells = [cells[i] for i in ran]
+    jobs = [replace(j, cell=ran.index(j.cell)) for j in jobs]
     summary = summarize(cells, jobs, strategies)
     check = default_check(summary, budget)
     figs = heatmaps(summary, budget, stem)

@@ -83,7 +83,8 @@ def test_frame_task_keeps_the_index():
 def test_cells_fit_the_grid(regimes):
     quick = regimes.quick_cells()
     assert {c.workload for c in quick} == {"sleep", "inference", "dataframe"}
-    assert {c.model for c in quick} == {"bimodal", "pareto", "slow-host", "correlated", "moving"}
+    models = {"bimodal", "pareto", "slow-host", "correlated", "moving"}
+    assert {c.model for c in quick} <= models and len({c.model for c in quick}) >= 3
     assert {c.spare for c in quick} >= {1.0, 2.0}
     assert any(c.jobs > 1 for c in quick)
     assert all(c.workers == round(c.spare * 2 * c.K) for c in quick)
@@ -91,6 +92,7 @@ def test_cells_fit_the_grid(regimes):
     full = regimes.full_cells()
     assert {c.K for c in full} == {8, 16, 32} and {c.spare for c in full} == {1.0, 1.5, 2.0}
     assert {c.duration for c in full} == {0.05, 2.0}
+    assert {c.model for c in full} == models
     hosts = ["h0", "h1", "h2", "h3"]
     for c in quick + full:
         assert regimes.straggler_model(c, hosts) is not None
