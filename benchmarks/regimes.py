@@ -197,7 +197,7 @@ def full_cells() -> list[Cell]:
 def straggler_model(cell: Cell, hosts: list[str]) -> Any:
     """The :mod:`dask_bacc.testing` model of ``cell``."""
     if cell.model == "bimodal":
-        return Bimodal(p=cell.p, factor=FACTOR)
+        return Bimodal(p=cell.p, delay=0.0, factor=FACTOR)
     if cell.model == "pareto":
         return Pareto(alpha=cell.p, scale=cell.duration)
     if cell.model == "slow-host":
@@ -272,24 +272,25 @@ class _Runner:
             self.blocks = blocks
             self.exact_out = np.concatenate([self.func.apply(b) for b in blocks])
         self.since = time.time()
-        _, self.cpu0, _ = self._totals()
+        self.cpu0, _ = self.settle()
         self.link0 = bed.link_bytes()
 
     # -- accounting ------------------------------------------------------------------------
-    def _totals(self) -> tuple[int, float, int]:
-        res = self.client.run(_poll, since=self.since, on_error="return")
-        busy = sum(r[0] for r in res.values() if isinstance(r, tuple))
-        cpu = sum(r[1] for r in res.values() if isinstance(r, tuple))
-        moved = sum(r[2] for r in res.values() if isinstance(r, tuple))
-        return busy, cpu, moved
-
     def settle(self, timeout: float = 120.0) -> tuple[float, int]:
-        """Wait until no worker thread is busy; the thread-seconds and bytes since."""
+        """Wait until no worker thread is busy; the thread-seconds and bytes so far.
+
+        The first poll asks every worker; later ones only those still busy (asking 32
+        worker processes 20 times a second would load the 2-core machine it measures).
+        """
         deadline = time.perf_counter() + timeout
+        last: dict[str, tuple[int, float, int]] = {}
+        ask: list[str] | None = None  # None: every worker
         while True:
-            busy, cpu, moved = self._totals()
-            if busy == 0 or time.perf_counter() > deadline:
-                return cpu, moved
+            res = self.client.run(_poll, since=self.since, workers=ask, on_error="return")
+            last.update({a: r for a, r in res.items() if isinstance(r, tuple)})
+            ask = [a for a, r in last.items() if r[0] > 0]
+            if not ask or time.perf_counter() > deadline:
+                return sum(r[1] for r in last.values()), sum(r[2] for r in last.values())
             time.sleep(0.05)
 
     # -- jobs --------------------------------------------------------------------------------
