@@ -349,9 +349,9 @@ _NOTES = (
     "Spline and Berrut coded computing are APPROXIMATE, even for a linear f: the decoded "
     "blocks are interpolants of f at\nthe data points, not f(X_j). Their error depends on "
     "f, the data and which results arrive first, and shrinks as N\ngrows and as fewer "
-    "tasks straggle. Plain Dask and repetition are exact; the systematic codes (the default\n"
-    "systematic spline, systematic Berrut) are exact for each block whose own task is among "
-    "the results decoded from."
+    "tasks straggle. Plain Dask and repetition (the default code) are exact; the systematic\n"
+    "codes (systematic spline, systematic Berrut) are exact for each block whose own task is "
+    "among the results decoded from."
 )
 
 
