@@ -219,7 +219,7 @@ class ShiftedExponential(StragglerModel):
 def host_of(worker_name: str) -> str:
     """The host a worker runs on, by the test bed's naming convention.
 
-    :class:`dask_bacc.bench.testbed.Testbed` names its workers ``h<host>-w<i>``: the host
+    ``dask_bacc.bench.testbed.Testbed`` names its workers ``h<host>-w<i>``: the host
     is the part of the name before the first ``"-"``. A name without ``"-"`` is its own
     host.
 
