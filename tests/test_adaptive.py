@@ -64,7 +64,7 @@ async def test_until_stops_early_on_a_smooth_function(c, s, *workers):
     policy = dask_bacc.until(error=0.1, min_results=6)
     async with gate_stragglers(indices=[2, 6], client=c):
         job = await dask_bacc.submit_coded(
-            np.tanh, SMOOTH, n_blocks=4, n_coded=8, wait=policy, client=c
+            np.tanh, SMOOTH, n_blocks=4, n_coded=8, code="systematic-spline", wait=policy, client=c
         )
         assert job.report.workers == placement
         out = await job
@@ -106,6 +106,7 @@ async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
             ROUGH,
             n_blocks=4,
             n_coded=8,
+            code="systematic-spline",
             wait=dask_bacc.until(error=1e-6),
             timeout=10,  # the six ungated results must land first, even on a loaded machine
             client=c,
@@ -264,7 +265,13 @@ async def test_detector_reports_an_inconsistent_result(c, s, *workers):
 async def test_adversaries_validation_before_submitting(c, s, *workers):
     with pytest.raises(ValueError, match=r"N >= 2K \+ 2A - 1 = 9"):
         await dask_bacc.submit_coded(
-            np.tanh, SMOOTH, n_blocks=4, n_coded=8, adversaries=1, client=c
+            np.tanh,
+            SMOOTH,
+            n_blocks=4,
+            n_coded=8,
+            code="systematic-spline",
+            adversaries=1,
+            client=c,
         )
     with pytest.raises(ValueError, match="interpolating codes"):
         await dask_bacc.submit_coded(
@@ -276,7 +283,14 @@ async def test_adversaries_validation_before_submitting(c, s, *workers):
         )
     with pytest.raises(ValueError, match="wait= asks for 6"):
         await dask_bacc.submit_coded(
-            np.tanh, SMOOTH, n_blocks=2, n_coded=8, wait=6, adversaries=2, client=c
+            np.tanh,
+            SMOOTH,
+            n_blocks=2,
+            n_coded=8,
+            wait=6,
+            code="systematic-spline",
+            adversaries=2,
+            client=c,
         )
     with pytest.raises(ValueError, match=">= 0"):
         dask_bacc.submit_coded(np.tanh, SMOOTH, adversaries=-1, client=c)
@@ -285,7 +299,9 @@ async def test_adversaries_validation_before_submitting(c, s, *workers):
     assert not s.tasks  # nothing was submitted
     # defaults: K and N leave room for 2K + 2A - 1 results (8 workers, A=1: K=2, N=7,
     # the 5 results needed being the default wait of 0.75 N)
-    job = await dask_bacc.submit_coded(np.tanh, SMOOTH, adversaries=1, client=c)
+    job = await dask_bacc.submit_coded(
+        np.tanh, SMOOTH, code="systematic-spline", adversaries=1, client=c
+    )
     await job
     rep = job.report
     assert (rep.K, rep.N) == (2, 7) and rep.wait_target == 6
@@ -315,7 +331,7 @@ def warned(caught, category):
 @pytest.mark.parametrize(
     ("code", "func", "where", "adversaries"),
     [
-        ("systematic-spline", garbage_on, (5,), 0),  # the default code, no adversaries=
+        ("systematic-spline", garbage_on, (5,), 0),  # no adversaries=
         ("berrut", garbage_on, (5,), 0),
         ("systematic-spline", garbage_on, None, 0),  # a corrupted systematic result
         ("berrut", flip_on, (0,), 0),  # a sign flip at an end point

@@ -349,16 +349,17 @@ async def model_jobs(s, n):
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=NTHREADS, timeout=180)
 async def test_cluster_heavy_regime_leaves_room_for_the_stragglers(c, s, *workers):
-    first = await run(c, s, workers, 1, n_coded="auto", wait="auto", error=0.1)
+    spline = {"code": "systematic-spline"}  # the approximate code whose N and wait are planned
+    first = await run(c, s, workers, 1, n_coded="auto", wait="auto", error=0.1, **spline)
     assert first[0].report.auto["chosen"] is None  # no model yet: the defaults
     assert "defaults" in first[0].report.auto["reason"]
     assert first[0].report.N == 16 and first[0].report.wait_target == 12
     async with inject_stragglers(Bimodal(p=0.3, delay=2.0), seed=1, client=c):
         # warm-up with the default wait (12 of 16): it often waits for a straggler, so
         # the model sees lateness directly as well as through the tasks cut short
-        await run(c, s, workers, 6, n_coded=16, wait=12)
+        await run(c, s, workers, 6, n_coded=16, wait=12, **spline)
         await model_jobs(s, 7)
-        jobs = await run(c, s, workers, 3, n_coded="auto", wait="auto", error=0.1)
+        jobs = await run(c, s, workers, 3, n_coded="auto", wait="auto", error=0.1, **spline)
     # the first planned job: its calibration learned from one job only (the first)
     chosen = jobs[0].report.auto["chosen"]
     assert chosen["error"] <= 0.1

@@ -16,7 +16,7 @@ from dask_bacc import config
 
 
 def test_defaults_registered():
-    assert dask.config.get("bacc.code") == "systematic-spline"
+    assert dask.config.get("bacc.code") == "repetition"
     assert dask.config.get("bacc.redundancy") == 2.0
     assert dask.config.get("bacc.wait.berrut") == 0.75
     assert dask.config.get("bacc.wait.spline") == 0.75
@@ -54,6 +54,10 @@ async def test_config_read_at_call_time(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((12, 2))
     job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=3, client=c)
     await job
+    assert job.report.code["name"] == "repetition"  # the default
+    with dask.config.set({"bacc.code": "systematic-spline"}):
+        job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=3, client=c)
+        await job
     assert (job.report.K, job.report.N, job.report.wait_target) == (3, 6, 5)  # ceil(0.75*6)
     assert job.report.code == {
         "name": "spline",
@@ -62,7 +66,8 @@ async def test_config_read_at_call_time(c, s, *workers):
         "smoothing": 0.0,
         "systematic": True,
     }
-    with dask.config.set({"bacc.redundancy": 1.5, "bacc.wait.spline": 1.0}):
+    spline = {"bacc.code": "systematic-spline"}
+    with dask.config.set({**spline, "bacc.redundancy": 1.5, "bacc.wait.spline": 1.0}):
         job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=3, client=c)
         await job
     assert (job.report.N, job.report.wait_target) == (5, 5)  # ceil(1.5*3) = 5

@@ -367,9 +367,11 @@ async def test_exact_round_trip_equals_the_plain_map(c, s, *workers, kind):
     pd.testing.assert_index_equal(out.index, expected.index)
     error = np.abs(np.asarray(out) - np.asarray(expected))
     assert error.max() < 0.1 * np.ptp(np.asarray(expected))  # approximate, not exact
-    # the default (systematic) code from every result: an exact set, whose decode picks
+    # the systematic spline from every result: an exact set, whose decode picks
     # the systematic shares' own integer results (issue 23: never discarded for dtype)
-    out = await dask_bacc.map_coded(lambda d: d * 3, ints, wait=1.0, client=c, **opts)
+    out = await dask_bacc.map_coded(
+        lambda d: d * 3, ints, code="systematic-spline", wait=1.0, client=c, **opts
+    )
     assert_equal(await result_of(c, out, kind), expected)
 
 
@@ -440,7 +442,9 @@ async def test_ragged_partitions(c, s, *workers):
         assert out.divisions == data.divisions
         assert_equal(await c.compute(out), await c.compute(data.map_partitions(rowwise)))
         # Berrut over padded blocks: the padding is trimmed, labels are the input's
-        approx = await c.compute(await dask_bacc.map_coded(rowwise, data, client=c))
+        approx = await c.compute(
+            await dask_bacc.map_coded(rowwise, data, code="systematic-spline", client=c)
+        )
         whole = await c.compute(data)
         pd.testing.assert_index_equal(approx.index, whole.index)
         assert np.abs(np.asarray(approx) - np.asarray(rowwise(whole))).mean() < 0.2
@@ -515,25 +519,34 @@ async def test_meta_is_used(c, s, *workers):
     pd.testing.assert_frame_equal(out, df[["b"]] * 2)
 
 
+# A mixing code needs numbers: a code that copies partitions (repetition, the default)
+# runs any pandas frame, so these name the code whose requirement they test.
+MIXING = {"code": "systematic-spline"}
 BAD_FRAMES = [
     # (description, options, error, message fragment, also for dask input)
     ("wrong meta type", {"meta": object()}, TypeError, "meta must be", True),
-    ("meta of strings", {"meta": {"x": "object"}}, TypeError, "non-numeric", True),
+    ("meta of strings", {"meta": {"x": "object"}, **MIXING}, TypeError, "non-numeric", True),
     ("columns a string", {"columns": "a"}, TypeError, "list of column labels", True),
     ("unknown column", {"columns": ["nope"]}, ValueError, "not in the data", True),
     ("dim", {"dim": "x"}, ValueError, "dim applies to xarray", True),
     ("f fails on mock", {"func": lambda d: d["nope"]}, ValueError, "meta=", True),
-    ("non-numeric column", {"frame": pd.DataFrame({"s": ["x"] * 4})}, TypeError, "'s'", True),
+    (
+        "non-numeric column",
+        {"frame": pd.DataFrame({"s": ["x"] * 4}), **MIXING},
+        TypeError,
+        "'s'",
+        True,
+    ),
     (
         "categorical",
-        {"frame": pd.DataFrame({"k": pd.Categorical([1, 2] * 2)})},
+        {"frame": pd.DataFrame({"k": pd.Categorical([1, 2] * 2)}), **MIXING},
         TypeError,
         "cat.codes",
         True,
     ),
     (
         "datetime",
-        {"frame": pd.DataFrame({"t": pd.date_range("2024", periods=4)})},
+        {"frame": pd.DataFrame({"t": pd.date_range("2024", periods=4)}), **MIXING},
         TypeError,
         "int64",
         True,
@@ -570,7 +583,10 @@ async def test_bad_frames_rejected_before_submission(c, s, *workers, lazy, optio
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_nan_in_dask_partitions_raises_value_error(c, s, *workers):
     df = pd.DataFrame({"a": [1.0, 2.0, np.nan, 4.0], "b": np.arange(4.0)})
-    job = await dask_bacc.submit_coded(np.tanh, dd.from_pandas(df, npartitions=2), client=c)
+    # a mixing code's need (repetition copies each partition's task: NaN in, NaN out)
+    job = await dask_bacc.submit_coded(
+        np.tanh, dd.from_pandas(df, npartitions=2), code="systematic-spline", client=c
+    )
     with pytest.raises(ValueError, match=r"partition 1 has missing values.*'a'.*fillna"):
         await job
 
@@ -593,7 +609,9 @@ async def test_bool_categorical_and_datetime_columns(c, s, *workers):
     pd.testing.assert_frame_equal(out, ~df[["flag"]])
     # under Berrut f sees float mixtures of 0/1, and the output is float64
     # (wait=1.0: decoding from every result keeps the error independent of arrival order)
-    out = await dask_bacc.map_coded(lambda d: d * 1.0, df[["flag"]], n_blocks=4, wait=1.0, client=c)
+    out = await dask_bacc.map_coded(
+        lambda d: d * 1.0, df[["flag"]], n_blocks=4, code="systematic-spline", wait=1.0, client=c
+    )
     assert out.dtypes.tolist() == [np.float64]
     np.testing.assert_allclose(out["flag"], df["flag"].astype(float), atol=0.25)
     # categorical and datetime columns: converted by the user, e.g. codes and int64
@@ -613,7 +631,9 @@ async def test_bool_categorical_and_datetime_columns(c, s, *workers):
     )
     pd.testing.assert_series_equal(out, df["n"] + 1)
     with pytest.raises(TypeError, match=r"'kind' \(category\), 'when' \(datetime64"):
-        await dask_bacc.submit_coded(np.tanh, dd.from_pandas(df, npartitions=2), client=c)
+        await dask_bacc.submit_coded(
+            np.tanh, dd.from_pandas(df, npartitions=2), code="systematic-spline", client=c
+        )
 
 
 @pytest.mark.slow

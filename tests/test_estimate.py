@@ -284,7 +284,7 @@ def test_small_k_estimate_is_at_least_half_the_true_error():
 
 @pytest.mark.parametrize("lost", [1, 2])  # the systematic shares of K=2, N=4
 def test_readme_setup_with_a_systematic_straggler_says_it_cannot_estimate(lost):
-    """The issue's case: K = 2, N = 4, the default code, one systematic share straggling.
+    """The issue's case: K = 2, N = 4, the systematic spline, one systematic share straggling.
     The decode is off by about 0.4 while the estimate said 0.08 (below bacc.warn-error,
     so no warning). Three results leave one interior point, predicted from two by two
     interpolants that are the same line there: nothing can check an estimate."""
@@ -344,7 +344,7 @@ def readme_predict(block, weights):
 
 @pytest.mark.parametrize("held", [1, 2])  # the systematic shares of K=2, N=4
 def test_readme_job_with_a_held_systematic_share_warns(held):
-    """The README's job (4 workers, K = 2, N = 4, the default code, wait=3) with one
+    """The README's job (4 workers, K = 2, N = 4, the systematic spline, wait=3) with one
     systematic share held back: decoded from the other three, it is off by about 0.4,
     and the job says it cannot estimate that (before: an estimate of about 0.08, no
     warning). No wall clock: the share is held by an event until the job is done."""
@@ -364,7 +364,9 @@ def test_readme_job_with_a_held_systematic_share_warns(held):
     async def run(c, s, *workers):
         gate = await gate_stragglers(indices=[held], client=c)
         with pytest.warns(dask_bacc.ApproximationWarning, match="could not be estimated") as w:
-            job = await dask_bacc.submit_coded(readme_predict, X, W, n_blocks=2, wait=3, client=c)
+            job = await dask_bacc.submit_coded(
+                readme_predict, X, W, code="systematic-spline", n_blocks=2, wait=3, client=c
+            )
             Y = await job
         rep = job.report
         assert sorted(rep.returned) == sorted({0, 1, 2, 3} - {held})

@@ -207,7 +207,14 @@ def positive_on_integers(b):
 async def test_a_mixed_share_outside_the_transform_is_a_domain_failure(c, s, *workers):
     data = np.arange(24, dtype=float).reshape(8, 3)
     job = await dask_bacc.submit_coded(
-        positive_on_integers, data, n_blocks=2, n_coded=4, wait=4, transform="log", client=c
+        positive_on_integers,
+        data,
+        code="systematic-spline",
+        n_blocks=2,
+        n_coded=4,
+        wait=4,
+        transform="log",
+        client=c,
     )
     with pytest.warns(dask_bacc.ApproximationWarning, match="outside transform="):
         out = await job

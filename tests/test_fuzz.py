@@ -120,7 +120,7 @@ TRANSFORMS = {negative_log: "log"}
 #: (exactly for integers)
 CHECKED = {ok, big_integer, integer}
 CODES = [
-    None,  # the default, systematic spline
+    "systematic-spline",  # the default when this was written; repetition is below
     "spline",
     "berrut",
     "systematic-berrut",

@@ -107,7 +107,7 @@ def test_top_level_import_is_lazy():
         """
         import dask_bacc, dask
 
-        assert dask.config.get("bacc.code") == "systematic-spline"  # defaults registered
+        assert dask.config.get("bacc.code") == "repetition"  # defaults registered
         heavy = ("distributed", "dask_bacc.runtime", "dask_bacc.collections",
                  "dask_bacc.diagnostics", "dask_bacc.bench", "dask_bacc.testing",
                  "matplotlib", "bokeh", "prometheus_client", "sklearn", "tqdm")

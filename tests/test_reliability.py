@@ -259,7 +259,7 @@ def test_coded_rejects_what_map_coded_rejects_when_called():
     df = pd.DataFrame({"a": np.arange(40.0), "k": pd.Categorical(["x", "y"] * 20)})
     ddf = dd.from_pandas(df, npartitions=4)
     with pytest.raises(TypeError, match="non-numeric column"):
-        dask_bacc.coded(ddf.map_partitions(lambda p: p.assign(a=p.a * 2)))
+        dask_bacc.coded(ddf.map_partitions(lambda p: p.assign(a=p.a * 2)), code="systematic-spline")
 
 
 # no memory limit: the workers' memory monitor would un-pause them at once

@@ -379,10 +379,11 @@ def _unsupported():
 @pytest.mark.parametrize("case", _unsupported(), ids=lambda c: c[0])
 def test_unsupported_graphs_raise_and_fallback_returns_plain(case):
     _, collection, match = case
+    # the refusals of a mixing code (the default, repetition, copies any layer's tasks)
     with pytest.raises(RewriteError, match=match):
-        dask_bacc.coded(collection)
+        dask_bacc.coded(collection, code="systematic-spline")
     if match != "reserves":
-        assert dask_bacc.coded(collection, fallback="plain") is collection
+        assert dask_bacc.coded(collection, code="systematic-spline", fallback="plain") is collection
 
 
 def test_bad_options_raise_before_anything_runs():
@@ -395,9 +396,10 @@ def test_bad_options_raise_before_anything_runs():
         dask_bacc.coded(y, n_coded=2.5)
     with pytest.raises(ValueError, match="timeout"):
         dask_bacc.coded(y, timeout=-1)
-    with pytest.raises(ValueError, match="unknown chunk sizes"):
+    with pytest.raises(ValueError, match="unknown chunk sizes"):  # a mixing code's need
         dask_bacc.coded(
-            da.ones((8, 2), chunks=(2, 2)).map_blocks(np.tanh, chunks=((np.nan,) * 4, (2,)))
+            da.ones((8, 2), chunks=(2, 2)).map_blocks(np.tanh, chunks=((np.nan,) * 4, (2,))),
+            code="systematic-spline",
         )
 
 
@@ -444,10 +446,11 @@ def test_private_dask_structures_the_rewrite_reads():
 async def test_rewrite_config_is_taken_on_the_client(c, s, *workers):
     # the code comes from bacc.code when the collection is rewritten, not when it runs
     x = da.from_array(np.arange(16.0).reshape(8, 2), chunks=(2, 2))
-    with dask.config.set({"bacc.code": "repetition"}):
-        z = dask_bacc.coded(x.map_blocks(np.square))
-    # exact (Berrut would only approximate the square), with the plain map's dtype
-    np.testing.assert_array_equal(await c.compute(z), np.arange(16.0).reshape(8, 2) ** 2)
+    with dask.config.set({"bacc.code": "berrut"}):  # in force when z runs
+        with dask.config.set({"bacc.code": "repetition"}):
+            z = dask_bacc.coded(x.map_blocks(np.square))
+        # exact (Berrut would only approximate the square), with the plain map's dtype
+        np.testing.assert_array_equal(await c.compute(z), np.arange(16.0).reshape(8, 2) ** 2)
 
 
 def test_find_map_gives_each_kind_its_adapter_which_pickles_to_the_driver():

@@ -339,7 +339,9 @@ async def test_round_trips_numpy_list_dask(c, s, *workers):
     assert isinstance(y, da.Array) and y.shape == X.shape and y.chunks[0] == (4, 4, 4, 4)
     np.testing.assert_array_equal(await c.compute(y), np.tanh(X))
     # Berrut on a dask array equals the reference decode of its own returned set
-    job = await dask_bacc.submit_coded(np.tanh, x, client=c, n_coded=8, wait=6)
+    job = await dask_bacc.submit_coded(
+        np.tanh, x, client=c, code="systematic-spline", n_coded=8, wait=6
+    )
     y = await job
     assert isinstance(y, da.Array)
     assert_decodes_reference(await c.compute(y), job.report, np.tanh, X)
@@ -383,7 +385,7 @@ async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
 async def test_default_wait_keeps_collecting_for_a_grace_period(c, s, *workers):
     X = np.random.default_rng(10).standard_normal((16, 2))
     slow = workers[:2]
-    # berrut: the default systematic spline decodes at once, without the grace period,
+    # berrut: the systematic spline decodes at once, without the grace period,
     # when its K systematic tasks are in, which depends on where the gated workers' tasks
     # are (the test failed about one run in three)
     async with gate_stragglers(workers=[w.name for w in slow], client=c):

@@ -107,7 +107,9 @@ async def test_on_error_erase_treats_func_errors_as_erasures(c, s, *workers):
     X = data_with_bad_block()
     bad = real_share("systematic-spline", 2, 4, 1)
     with dask.config.set({"bacc.on-error": "erase"}):
-        job = await dask_bacc.submit_coded(validated, X, n_blocks=2, n_coded=4, wait=1, client=c)
+        job = await dask_bacc.submit_coded(
+            validated, X, code="systematic-spline", n_blocks=2, n_coded=4, wait=1, client=c
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -146,7 +148,7 @@ async def test_integer_results_of_systematic_shares_are_kept(c, s, *workers, lim
     with dask.config.set({"bacc.client-decode-limit": limit}):
         async with gate_stragglers(indices=[late], client=c):
             job = await dask_bacc.submit_coded(
-                lambda b: b * 3, data, n_coded=4, wait=3, client=c, **opts
+                lambda b: b * 3, data, code="systematic-spline", n_coded=4, wait=3, client=c, **opts
             )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -154,7 +156,9 @@ async def test_integer_results_of_systematic_shares_are_kept(c, s, *workers, lim
         assert not any("differs" in r for r in job.report.failed.values()), job.report.failed
         assert early in job.report.returned
         np.testing.assert_array_equal(out[:4], X[:4] * 3)  # block 0: its own exact result
-        job = await dask_bacc.submit_coded(lambda b: b * 3, data, n_coded=4, client=c, **opts)
+        job = await dask_bacc.submit_coded(
+            lambda b: b * 3, data, code="systematic-spline", n_coded=4, client=c, **opts
+        )
         out = await value(await job)
     assert job.report.estimate_method == "exact"
     assert out.dtype == np.int64
@@ -171,7 +175,9 @@ async def test_domain_failure_warns_and_decodes_exactly(c, s, *workers, func):
     late = real_share("systematic-spline", 2, 4, 1)
     gate = await gate_stragglers(indices=[late], client=c)
     try:
-        job = await dask_bacc.submit_coded(func, X, n_blocks=2, n_coded=4, client=c)
+        job = await dask_bacc.submit_coded(
+            func, X, code="systematic-spline", n_blocks=2, n_coded=4, client=c
+        )
         await until(lambda: bool(job.report.domain_failure), "the domain failure")
         assert not job.done()  # exact-only: waits for block 1's own share
         await gate.release()
@@ -196,7 +202,9 @@ async def test_auto_weighs_exact_codes_only_for_a_func_seen_failing_on_coded_sha
     submit._exact_only.discard(key)
     late = real_share("systematic-spline", 2, 4, 1)
     async with gate_stragglers(indices=[late], client=c) as gate:
-        job = await dask_bacc.submit_coded(integral_or_nan, X, n_blocks=2, n_coded=4, client=c)
+        job = await dask_bacc.submit_coded(
+            integral_or_nan, X, code="systematic-spline", n_blocks=2, n_coded=4, client=c
+        )
         await until(lambda: bool(job.report.domain_failure), "the domain failure")
         await gate.release()
         with pytest.warns(dask_bacc.ApproximationWarning):
@@ -214,7 +222,9 @@ async def test_auto_weighs_exact_codes_only_for_a_func_seen_failing_on_coded_sha
 async def test_domain_failure_erase_decodes_from_the_rest(c, s, *workers):
     X = np.random.default_rng(1).integers(-5, 5, size=(8, 3)).astype(float)
     with dask.config.set({"bacc.on-domain-failure": "erase"}):
-        job = await dask_bacc.submit_coded(integral_or_nan, X, n_blocks=2, n_coded=4, client=c)
+        job = await dask_bacc.submit_coded(
+            integral_or_nan, X, code="systematic-spline", n_blocks=2, n_coded=4, client=c
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             await job
@@ -229,8 +239,12 @@ async def test_nan_and_raising_shares_are_not_logged_as_compute_failed(c, s, *wo
         for func in (integral_only, integral_or_nan):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                await dask_bacc.submit_coded(func, X, n_blocks=2, n_coded=4, client=c)
-                job = await dask_bacc.submit_coded(func, X, n_blocks=2, n_coded=4, client=c)
+                await dask_bacc.submit_coded(
+                    func, X, code="systematic-spline", n_blocks=2, n_coded=4, client=c
+                )
+                job = await dask_bacc.submit_coded(
+                    func, X, code="systematic-spline", n_blocks=2, n_coded=4, client=c
+                )
                 await job
     assert "Compute Failed" not in log.getvalue()
 
@@ -349,7 +363,7 @@ async def test_the_verdict_on_a_mixed_share_error_does_not_depend_on_arrival_ord
     held = list(rows) if gated else [99]  # 99 is no task: nothing held
     async with gate_stragglers(indices=held, client=c) as gate:
         job = await dask_bacc.submit_coded(
-            raise_on, X, bad, n_blocks=2, n_coded=5, wait=2, client=c
+            raise_on, X, bad, code="systematic-spline", n_blocks=2, n_coded=5, wait=2, client=c
         )
         if gated:
             await until(lambda: mixed in job.decider.failed, "the mixed share's error")

@@ -257,10 +257,17 @@ async def test_integer_dataarray_dtypes(c, s, *workers):
     expected = expected_decode(arr, lambda b: b * 3, job.report)
     xr.testing.assert_allclose(approx, expected, rtol=1e-9)
     np.testing.assert_allclose(approx.values, arr.values * 3, atol=1.0)
-    # the default (systematic) code from every result: an exact set, whose decode picks
+    # the systematic spline from every result: an exact set, whose decode picks
     # the systematic shares' own integer results (issue 23)
     job = await dask_bacc.submit_coded(
-        lambda b: b * 3, arr, dim="time", n_blocks=K, n_coded=8, wait=8, client=c
+        lambda b: b * 3,
+        arr,
+        dim="time",
+        n_blocks=K,
+        n_coded=8,
+        wait=8,
+        code="systematic-spline",
+        client=c,
     )
     xr.testing.assert_identical(await job, arr * 3)
 

@@ -2,8 +2,8 @@
 
 A ``dask scheduler`` process (``--preload dask_bacc.diagnostics``) and single-threaded
 ``dask worker`` processes on 127.0.0.1, started by the fixture. Two clients, each driven by
-several threads, submit coded jobs over every code (the default systematic spline, spline,
-Berrut, systematic Berrut, repetition, Lagrange with f = x**2 and degree 2, uncoded and
+several threads, submit coded jobs over every code (systematic spline, spline, Berrut,
+systematic Berrut, repetition (the default), Lagrange with f = x**2 and degree 2, uncoded and
 speculative) with 10% injected stragglers, while a controller SIGKILLs a worker every few
 seconds and starts a new ``dask worker`` process in its place, and once stops the scheduler
 and starts a new one on the same port.
@@ -89,11 +89,11 @@ TIMEOUT = 20.0  # timeout= of every job
 HARD = 30.0  # result() is bounded by TIMEOUT + HARD: beyond that a job counts as hung
 STRAGGLERS = Bimodal(p=0.1, delay=2.0)
 CODES = (
-    "systematic-spline",  # the default: submitted with code=None
+    "systematic-spline",
     "spline",
     "berrut",
     "systematic-berrut",
-    "repetition",
+    "repetition",  # the default: submitted with code=None
     "lagrange",
     "uncoded",
     "speculative",
@@ -202,7 +202,7 @@ class Soak:
             job = dask_bacc.submit_coded(
                 f,
                 X,
-                code=None if code == "systematic-spline" else code,
+                code=None if code == "repetition" else code,
                 n_blocks=K,
                 timeout=TIMEOUT,
                 client=client,
