@@ -77,9 +77,8 @@ def frame_blocks(
         Missing values (NaN/NA) or inf in pandas data, unknown ``columns``, empty data,
         ``n_blocks``/``blocks`` for dask input, or ``dim``.
     """
-    if dim is not None:
-        raise ValueError("dim applies to xarray objects; a dataframe is mapped over its rows")
     if isinstance(data, (pd.DataFrame, pd.Series)):
+        _check_options(data, dim, n_blocks, blocks)
         return PandasBlocks(
             data,
             n_blocks=n_blocks,
@@ -91,13 +90,46 @@ def frame_blocks(
     import dask.dataframe as dd
 
     if isinstance(data, (dd.DataFrame, dd.Series)):
-        if n_blocks is not None or blocks is not None:
-            raise ValueError(
-                "n_blocks/blocks apply to in-memory data; a dask DataFrame maps over its "
-                "partitions: change them with ddf.repartition(npartitions=...)"
-            )
+        _check_options(data, dim, n_blocks, blocks)
         return DaskFrameBlocks(data, meta=meta, columns=columns)
     raise TypeError(f"expected a pandas or dask DataFrame/Series, got {type(data).__name__}")
+
+
+def _check_options(data: Any, dim: Any, n_blocks: Any, blocks: Any) -> None:
+    if dim is not None:
+        raise ValueError("dim applies to xarray objects; a dataframe is mapped over its rows")
+    if not isinstance(data, (pd.DataFrame, pd.Series)) and (
+        n_blocks is not None or blocks is not None
+    ):
+        raise ValueError(
+            "n_blocks/blocks apply to in-memory data; a dask DataFrame maps over its "
+            "partitions: change them with ddf.repartition(npartitions=...)"
+        )
+
+
+def frame_layer_input(
+    data: Any,
+    *,
+    n_blocks: int | None = None,
+    blocks: int | None = None,
+    meta: Any = None,
+    columns: Any = None,
+    dim: Any = None,
+    **_: Any,
+) -> Any:
+    """The dask DataFrame/Series an exact code copies the map of (``runtime.redundant``),
+    after the checks :func:`frame_blocks` makes of the same options, so a bad option
+    raises the same error whatever the code.
+
+    Returns
+    -------
+    dask DataFrame or Series
+        ``data``, restricted to ``columns``.
+    """
+    _check_options(data, dim, n_blocks, blocks)
+    if meta is not None:
+        FrameOutput.from_meta(meta)
+    return _select(data, columns)
 
 
 # -- dtypes -----------------------------------------------------------------------------

@@ -184,11 +184,8 @@ def partitions_layer(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     meta: Any = None,
-    columns: Any = None,
 ) -> Layer:
-    """The final layer of ``data.map_partitions(func, *args, **kwargs)`` (``columns``:
-    the columns ``func`` sees; ``meta`` as in ``map_partitions``)."""
-    if columns is not None:
-        data = data[list(columns)]
+    """The final layer of ``data.map_partitions(func, *args, **kwargs)`` (``meta`` as in
+    ``map_partitions``)."""
     options = {} if meta is None else {"meta": meta}
     return final_layer(data.map_partitions(func, *args, **options, **kwargs))

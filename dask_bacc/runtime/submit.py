@@ -383,9 +383,10 @@ async def _submit(
     timeout = resolve_timeout(timeout)
     coded_job = n_coded is not None or wait is not None or adversaries or transform is not None
     if runs_as_layer(code, data) and not coded_job and error is None:
-        layer = partitions_layer(
-            func, data, args, kwargs, labels.get("meta"), labels.get("columns")
-        )
+        from ..collections.dataframe import frame_layer_input  # pandas: only for frames
+
+        data = frame_layer_input(data, n_blocks=n_blocks, blocks=blocks, **labels)
+        layer = partitions_layer(func, data, args, kwargs, labels.get("meta"))
         return await submit_layer(client, layer, str(code), code_options, timeout, avoid)
     workers, n_workers = await _workers_within(client, timeout)
     if adversaries and n_blocks is None and blocks is None and not isinstance(code, Code):
