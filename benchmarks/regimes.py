@@ -627,7 +627,7 @@ def candidates_table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {c['strategy']} | {_f(c['worst_p50'])} | {_f(c['worst_p90'])} | "
             f"{_f(c['worst_vs_plain'])} | "
-            f"{'exact' if c['worst_error'] == 0 else _f(c['worst_error'], '{:.2g}')} | "
+            f"{'exact' if c['strategy'] in EXACT else _f(c['worst_error'], '{:.2g}')} | "
             f"{c['cells_met']} of {c['cells']} |"
         )
     return "\n".join(lines)

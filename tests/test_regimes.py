@@ -124,6 +124,12 @@ def test_summary_ratios_best_strategy_and_the_default_check(regimes):
     assert check["p50_best"] == "repetition"
     assert check["p50_vs_best"] == pytest.approx(1.2)
     assert check["ok"]  # 1.2x the best, below plain's p90, error within the budget
+    ranked = regimes.candidates(summary, 0.1)
+    assert [c["strategy"] for c in ranked] == ["repetition", "plain", "berrut"]
+    assert ranked[0]["cells_met"] == 1 and ranked[-1]["worst_error"] == pytest.approx(0.5)
+    assert "| berrut |" in regimes.candidates_table(ranked) and "0.5 |" in (
+        regimes.candidates_table(ranked)
+    )
     jobs = [j for j in jobs if j.strategy != "default"] + _jobs(
         regimes, 0, "default", [0.7] * 10, error=0.02
     )
