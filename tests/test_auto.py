@@ -447,7 +447,9 @@ async def test_cluster_coded_data_adapts_between_calls(c, s, *workers):
     async with inject_stragglers(SlowWorkers(tuple(names[:2]), delay=5.0), client=c):
         await run(c, s, workers, 6)
         await model_jobs(s, 6)
-        data = await dask_bacc.encode(DATA, n_coded="auto", n_blocks=K, client=c, error=0.2)
+        data = await dask_bacc.encode(
+            DATA, code="systematic-spline", n_coded="auto", n_blocks=K, client=c, error=0.2
+        )
         assert data.auto["chosen"] is not None
         assert not {addr[n] for n in names[:2]} & set(data.workers)
     # the worker of share 0 becomes slow

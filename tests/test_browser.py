@@ -75,7 +75,9 @@ def browser_test(chromium, tmp_path):
         # the first three workers' tasks are held (still running at the decode)
         slow = [w.name for w in workers[:3]]
         gate = await gate_stragglers(workers=slow, interruptible=False, client=c)
-        job = await dask_bacc.submit_coded(predict, X, W, n_blocks=5, n_coded=10, wait=7, client=c)
+        job = await dask_bacc.submit_coded(
+            predict, X, W, n_blocks=5, code="systematic-spline", n_coded=10, wait=7, client=c
+        )
         await job
         plugin = s.plugins["bacc-diagnostics"]
         while plugin.jobs[job.token].closed is None:

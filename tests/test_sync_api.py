@@ -31,7 +31,8 @@ def test_map_coded_with_default_client(client):
     out = job.result()
     rep = job.report
     assert job.done() and rep.status == "finished"
-    assert (rep.K, rep.N, rep.wait_target) == (3, 6, 5)
+    # the default code, repetition: N = 2K, a copy of each block
+    assert (rep.K, rep.N, rep.wait_target, rep.code["name"]) == (3, 6, 3, "repetition")
     assert_decodes_reference(out, rep, np.tanh, X)
     text = repr(rep)
     assert "K=3 N=6" in text and "decoded on wait" in text
