@@ -15,7 +15,7 @@ Every ``--fresh-client-every`` jobs (and at the start) a client's first coded jo
 while a worker is frozen: the chaos pauses, every worker is resumed, dask-bacc's worker
 plugin is unregistered (the scheduler then looks like a fresh cluster's, so the new
 client's first job registers it again), one worker is frozen and held frozen until that
-job ends, a new ``Client`` is created and submits a job with the default code, which
+job ends, a new ``Client`` is created and submits a job with the systematic spline, which
 needs no result from the frozen worker. Before the fix of ``ensure_worker_plugin``
 (``bacc.plugin-timeout``) that job hung until the worker woke up.
 
@@ -277,8 +277,10 @@ def job_input(
     """Job ``n``: its code, K, f, input and code options (deterministic in n and seed).
 
     K is 2 to 4, and below ``workers`` (a code needs at least K + 1 tasks, one per
-    worker). A client's first job (``first``) uses the default code, which decodes without
-    the result of the worker frozen during it.
+    worker). A client's first job (``first``) uses the systematic spline, which decodes
+    without the result of the worker frozen during it (a code that needs every block's
+    own copy, as repetition with N capped below 2K by the workers, or plain Dask, waits for
+    that worker as long as it is frozen: the whole job, here).
     """
     rng = np.random.default_rng([seed, n])
     code = "systematic-spline" if first else CODES[n % len(CODES)]
@@ -324,7 +326,7 @@ def run_job(client: Client, n: int, args: argparse.Namespace, first: bool) -> di
             job = dask_bacc.submit_coded(
                 f,
                 X,
-                code=None if code == "systematic-spline" else code,
+                code=code,
                 n_blocks=K,
                 timeout=args.job_timeout,
                 client=client,
