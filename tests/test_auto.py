@@ -430,10 +430,13 @@ async def test_cluster_moving_slow_set_is_avoided(c, s, *workers):
     first, then = names[:3], names[8:11]
     async with inject_stragglers(SlowWorkers(tuple(first), delay=5.0), client=c):
         await run(c, s, workers, 6)
-        jobs = await run(c, s, workers, 4, n_coded="auto", wait="auto", error=0.2)
+        # the systematic spline (the code whose N auto picks here): repetition's N = 2K
+        # leaves fewer fast workers to pick from
+        spline = {"code": "systematic-spline", "n_coded": "auto", "wait": "auto"}
+        jobs = await run(c, s, workers, 4, error=0.2, **spline)
     assert not {addr[n] for n in first} & set(jobs[-1].report.workers)
     async with inject_stragglers(SlowWorkers(tuple(then), delay=5.0), client=c):
-        jobs = await run(c, s, workers, 10, n_coded="auto", wait="auto", error=0.2)
+        jobs = await run(c, s, workers, 10, error=0.2, **spline)
     avoided = [not {addr[n] for n in then} & set(j.report.workers) for j in jobs]
     assert any(avoided), [sorted(j.report.workers) for j in jobs]
     assert avoided[-1]
