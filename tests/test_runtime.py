@@ -46,7 +46,9 @@ async def test_first_k_of_n_with_gated_stragglers(c, s, *workers):
     slow = workers[:2]
     # the two stragglers cannot be stopped (like a func that never polls cancelled())
     gate = await gate_stragglers(workers=[w.name for w in slow], interruptible=False, client=c)
-    job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=4, n_coded=8, wait=6, client=c)
+    job = await dask_bacc.submit_coded(
+        np.tanh, X, n_blocks=4, code="systematic-spline", n_coded=8, wait=6, client=c
+    )
     out = await job
     rep = job.report
     # decoded while the two stragglers are still held

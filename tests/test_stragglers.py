@@ -89,7 +89,9 @@ async def test_injected_stragglers_are_cancelled_and_interrupted(c, s, *workers)
     await inject_stragglers(SlowWorkers(names=[w.name for w in slow], delay=3600), client=c)
     assert all(STRAGGLER_PLUGIN_NAME in w.plugins for w in workers)
     X = np.random.default_rng(0).standard_normal((16, 2))
-    job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=4, n_coded=8, wait=6, client=c)
+    job = await dask_bacc.submit_coded(
+        np.tanh, X, n_blocks=4, code="systematic-spline", n_coded=8, wait=6, client=c
+    )
     await job
     rep = job.report
     slow_idx = {i for i, a in enumerate(rep.workers) if a in {w.address for w in slow}}
