@@ -249,8 +249,17 @@ class Job:
 class _Runner:
     """Jobs of one cell on one cluster."""
 
-    def __init__(self, client: Any, bed: Any, cell: Cell, index: int, seed: int):
+    def __init__(
+        self,
+        client: Any,
+        bed: Any,
+        cell: Cell,
+        index: int,
+        seed: int,
+        auto_error: float | None = None,
+    ):
         self.client, self.bed, self.cell, self.index, self.seed = client, bed, cell, index, seed
+        self.auto_error = auto_error  # auto's error= (None: bacc.auto.error)
         self.hosts = sorted({bed.host_of(n) for n in bed.worker_names})
         self.model = straggler_model(cell, self.hosts)
         self.K = cell.K
@@ -343,7 +352,10 @@ class _Runner:
         if strategy == "default":
             return {}
         if strategy == "auto":
-            return {"code": "auto", "n_coded": "auto", "wait": "auto"}
+            kw: dict[str, Any] = {"code": "auto", "n_coded": "auto", "wait": "auto"}
+            if self.auto_error is not None:
+                kw["error"] = self.auto_error
+            return kw
         if strategy == "speculative":
             return {"code": "speculative"}
         return {"code": strategy, "n_coded": self.cell.N}
@@ -379,9 +391,8 @@ class _Runner:
         for job, h in zip(jobs, handles, strict=True):
             outs.append(h.result(timeout=JOB_TIMEOUT))
             job.latency = time.perf_counter() - t0
-            if strategy == "auto" and h.report.auto and h.report.auto.get("chosen"):
-                c = h.report.auto["chosen"]
-                job.chosen = f"{c.get('code')} N={c.get('N')} k={c.get('k')}"
+            if strategy == "auto":
+                job.chosen = _chosen(h.report)
         # results of concurrent jobs land in any order: each job's time is its own result
         return outs
 
@@ -393,12 +404,13 @@ class _Runner:
         if strategy == "plain":
             outs = [client.persist(y) for y in lazy]
         elif strategy == "auto":
-            outs = [
-                dask_bacc.map_coded(
+            outs = []
+            for job in jobs:  # one after another, as map_coded (submit_coded + result) runs
+                h = dask_bacc.submit_coded(
                     func, self.frame, client=client, progress=False, **self._kwargs(strategy)
                 )
-                for _ in jobs
-            ]
+                outs.append(h.result())
+                job.chosen = _chosen(h.report)
         else:
             kw = self._kwargs(strategy)
             if strategy in ("repetition", "speculative"):
@@ -420,6 +432,12 @@ class _Runner:
         return float(np.linalg.norm(out - self.exact_out) / np.linalg.norm(self.exact_out))
 
 
+def _chosen(report: Any) -> str | None:
+    """What auto chose for a job, from its report (None: it ran the defaults)."""
+    c = (report.auto or {}).get("chosen")
+    return f"{c.get('code')} N={c.get('N')} k={c.get('k')}" if c else None
+
+
 def run_cell(
     client: Any,
     bed: Any,
@@ -430,8 +448,9 @@ def run_cell(
     strategies: tuple[str, ...],
     warmup: bool,
     progress: Any,
+    auto_error: float | None = None,
 ) -> list[Job]:
-    runner = _Runner(client, bed, cell, index, seed)
+    runner = _Runner(client, bed, cell, index, seed, auto_error=auto_error)
     order = np.random.default_rng([seed, 7, index])
     out: list[Job] = []
     job_no = 1000 * index
@@ -443,6 +462,50 @@ def run_cell(
                 out += jobs
             progress.update(1)
     return out
+
+
+def map_jobs(cells: list[Cell], rounds: int, strategies: tuple[str, ...]) -> int:
+    """Progress steps of :func:`run_map`: one per strategy and round, a warm-up round per
+    cluster included."""
+    return (len(cells) * rounds + len({c.workers for c in cells})) * len(strategies)
+
+
+def run_map(
+    cells: list[Cell],
+    rounds: int,
+    seed: int,
+    strategies: tuple[str, ...],
+    args: argparse.Namespace,
+    progress: Any,
+    jobs: list[Job],
+    after_cell: Any = None,
+    auto_error: float | None = None,
+) -> list[Job]:
+    """Run ``cells`` (cell i's jobs numbered i), cells that need the same W on one cluster,
+    started once (``args``: ``emulate_hosts``, ``bandwidth``); the jobs are appended to
+    ``jobs``, and ``after_cell()`` is called after every cell."""
+    by_w: dict[int, list[int]] = {}
+    for i, c in enumerate(cells):
+        by_w.setdefault(c.workers, []).append(i)
+    for W, idx in sorted(by_w.items()):
+        with _cluster(W, args) as (client, bed):
+            for n, i in enumerate(idx):
+                progress.set_postfix_str(cells[i].label)
+                jobs += run_cell(
+                    client,
+                    bed,
+                    cells[i],
+                    i,
+                    rounds,
+                    seed,
+                    strategies,
+                    warmup=n == 0,  # imports and connections, once per cluster
+                    progress=progress,
+                    auto_error=auto_error,
+                )
+                if after_cell is not None:
+                    after_cell()
+    return jobs
 
 
 # -- summary -------------------------------------------------------------------------------
@@ -807,28 +870,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             (RESULTS / f"{stem}.json").write_text(json.dumps(record, indent=1))
 
-        n_clusters = len({c.workers for c in cells})
-        total = (len(cells) * args.rounds + n_clusters) * len(strategies)
-        bar = tqdm(total=total, desc="regimes", unit="job")
-        by_w: dict[int, list[int]] = {}
-        for i, c in enumerate(cells):
-            by_w.setdefault(c.workers, []).append(i)
-        for W, idx in sorted(by_w.items()):
-            with _cluster(W, args) as (client, bed):
-                for n, i in enumerate(idx):
-                    bar.set_postfix_str(cells[i].label)
-                    jobs += run_cell(
-                        client,
-                        bed,
-                        cells[i],
-                        i,
-                        args.rounds,
-                        args.seed,
-                        strategies,
-                        warmup=n == 0,  # imports and connections, once per cluster
-                        progress=bar,
-                    )
-                    save()
+        bar = tqdm(total=map_jobs(cells, args.rounds, strategies), desc="regimes", unit="job")
+        run_map(cells, args.rounds, args.seed, strategies, args, bar, jobs, after_cell=save)
         bar.close()
     ran = sorted({j.cell for j in jobs})  # an interrupted run: the cells it finished
     cells = [cells[i] for i in ran]
