@@ -6,6 +6,9 @@ Run it with::
     python benchmarks/adaptive.py                         # 20 rounds, 3 regimes, ~9 min
     python benchmarks/adaptive.py --regimes heavy --rounds 30
     python benchmarks/adaptive.py --from-json benchmarks/results/adaptive/adaptive.json
+    python benchmarks/adaptive.py --map                   # the regime map in hindsight
+    python benchmarks/adaptive.py --map --cells 0,3 --rounds 4
+    python benchmarks/adaptive.py --map --from-json benchmarks/results/adaptive/hindsight.json
 
 Setup: an in-process ``LocalCluster`` of 16 workers x 1 thread, K = 8 blocks of smooth
 data (``smooth_blocks(8, 16, 8, rng)`` as a (128, 8) array), ``f`` = sleep ``--base``
@@ -39,7 +42,20 @@ last 10 jobs before the switch, and the recovery is the first job after the swit
 the first) whose time is <= 1.1x that p50 and stays so for the next 3 jobs.
 
 Outputs: ``benchmarks/results/adaptive/adaptive.json`` (all raw records),
-``docs/adaptive/benchmark.md`` (tables) and ``docs/adaptive/benchmark.png`` (plot).
+``docs/adaptive/benchmark.md`` (tables, with auto/oracle p50 and p99 as ratios against
+issue 27's 1.1x target) and ``docs/adaptive/benchmark.png`` (plot).
+
+``--map`` (issue 27, item 5): the cells of the quick regime map
+(``regimes.quick_cells()``, ``--cells`` a subset by number) on the test bed of real
+worker processes, through regimes.py's own runner (imported, not copied): per round one
+job of every strategy (``--strategies``; default plain, repetition, speculative,
+systematic-spline, berrut, auto) in a seeded-shuffled order, ``--rounds`` rounds per cell
+(default 10), auto with ``error=--error``. Per cell, the oracle is the best fixed strategy
+in hindsight: among the strategies other than auto with no failed job and a mean error
+within ``--error``, the least p50, and separately the least p90. Auto's targets: p50 <=
+1.1x oracle-p50's, p90 <= 1.2x oracle-p90's, mean error within the budget, p90 <= plain
+Dask's. Outputs: ``benchmarks/results/adaptive/hindsight.json`` (every job, and the
+summary) and ``docs/adaptive/hindsight.md``.
 """
 
 from __future__ import annotations
@@ -52,6 +68,7 @@ import subprocess
 import sys
 import time
 import warnings
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -416,6 +433,41 @@ def table(regime: dict[str, Any], s: dict[str, Any], top: int = 5) -> list[str]:
     return lines
 
 
+REGIME_TITLES = {"changing": "changing (moving slow set)"}
+TARGET = 1.1  # issue 27: auto's p50 and p99 within 1.1x the oracle's in each regime
+
+
+def targets_table(summaries: dict[str, dict[str, Any]], budget: float) -> list[str]:
+    """Per regime: auto's p50 and p99 against the oracle's, as ratios, met or missed."""
+    lines = [
+        "| regime | auto p50 (s) | oracle-p50 (s) | auto / oracle p50 | "
+        f"<= {TARGET}x | auto p99 (s) | oracle-p99 (s) | auto / oracle p99 | <= {TARGET}x "
+        f"| auto mean error | <= budget {budget:g} |",
+        "|---|--:|---|--:|:-:|--:|---|--:|:-:|--:|:-:|",
+    ]
+    for name, s in summaries.items():
+        rows = s["rows"]
+        auto = rows.get("auto")
+        title = REGIME_TITLES.get(name, name)
+        if auto is None or "oracle_p50" not in s:
+            why = "no auto jobs" if auto is None else "no grid setting within the budget"
+            lines.append(f"| {title} | {why} | | | | | | | | | |")
+            continue
+        o50, o99 = s["oracle_p50"], s["oracle_p99"]
+        r50, r99 = s["auto_vs_oracle_p50"], s["auto_vs_oracle_p99"]
+
+        def ok(r: float) -> str:
+            return "met" if r <= TARGET else "**missed**"
+
+        lines.append(
+            f"| {title} | {auto['p50']:.3f} | {rows[o50]['p50']:.3f} ({o50}) | {r50:.2f} "
+            f"| {ok(r50)} | {auto['p99']:.3f} | {rows[o99]['p99']:.3f} ({o99}) | {r99:.2f} "
+            f"| {ok(r99)} | {auto['mean_error']:.3f} "
+            f"| {'met' if s['auto_error_ok'] else '**missed**'} |"
+        )
+    return lines
+
+
 def summary_line(name: str, s: dict[str, Any], budget: float, heavy: bool) -> str:
     if "auto_vs_oracle_p50" not in s:
         return f"{name}: no grid setting within the error budget, or no auto rows."
@@ -476,10 +528,18 @@ def write_report(payload: dict[str, Any], md: Path, png: Path) -> None:
         "(N, k) of auto: the settings it ran, most frequent first, with their counts; of "
         "the others, N and the wait target from the job report.",
         "",
+        "## Against the targets",
+        "",
+        f"Issue 27: in each regime auto's p50 and p99 within {TARGET}x the oracle's "
+        "(oracle-p50 and oracle-p99 may be different settings); its mean error within the "
+        "budget.",
+        "",
+        *targets_table(summaries, budget),
+        "",
     ]
     for r in payload["regimes"]:
         name, s = r["regime"], summaries[r["regime"]]
-        L += [f"## {name}", "", f"Stragglers: {', '.join(r['models'])}."]
+        L += [f"## {REGIME_TITLES.get(name, name)}", "", f"Stragglers: {', '.join(r['models'])}."]
         if "slow_sets" in r:
             L.append(
                 f"Slow set A {r['slow_sets'][0]} for rounds 1-{args['rounds'] // 2}, then "
@@ -598,6 +658,328 @@ def plot(payload: dict[str, Any], summaries: dict[str, Any], png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
+# -- the regime map in hindsight (issue 27, item 5) ------------------------------------------
+MAP_STRATEGIES = ("plain", "repetition", "speculative", "systematic-spline", "berrut", "auto")
+MAP_P50 = 1.1  # auto's p50 at most this times the oracle's
+MAP_P90 = 1.2  # auto's p90 at most this times the oracle's (and at most plain's)
+REGIMES_PY = Path(__file__).resolve().parent / "regimes.py"
+
+
+def load_regimes() -> Any:
+    """benchmarks/regimes.py as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    name = "bacc_regimes_hindsight"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REGIMES_PY)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    import cloudpickle
+
+    # its functions that run on the workers (the idle poll) go by value: the workers cannot
+    # import this module by its name (as a script's __main__ goes by value)
+    cloudpickle.register_pickle_by_value(mod)
+    return mod
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def hindsight(
+    cells: list[Any], jobs: list[Any], strategies: tuple[str, ...], budget: float
+) -> dict[str, Any]:
+    """Per cell of the map: auto against the best fixed strategy in hindsight.
+
+    ``cells`` and ``jobs`` are regimes.py's ``Cell`` and ``Job`` records (cell i's jobs
+    have ``cell == i``). Per cell and strategy: p50, p90 (of the jobs that answered),
+    mean error, failed jobs. The oracle is, among the strategies other than auto with no
+    failed job and a mean error within ``budget``, the one of least p50
+    (``oracle_p50``), and separately the one of least p90 (``oracle_p90``). Auto's
+    targets: p50 <= 1.1x the oracle's, p90 <= 1.2x the oracle's, mean error <= budget,
+    p90 <= plain Dask's. A target that cannot be checked (no auto jobs, no oracle, no
+    plain) is missed (``False``), and so is every time target when an auto job failed.
+    """
+    R = load_regimes()
+    summary = R.summarize(cells, jobs, strategies)
+    rows = []
+    for i, srow in enumerate(summary):
+        here = [j for j in jobs if j.cell == i]
+        per: dict[str, dict[str, Any]] = {}
+        for s, x in srow["strategies"].items():
+            errs = [j.error for j in here if j.strategy == s and j.latency is not None]
+            errs = [e for e in errs if e is not None]
+            per[s] = {
+                "jobs": x["jobs"],
+                "failed": x["failed"],
+                "failure": x["failure"],
+                "p50": x["p50"],
+                "p90": x["p90"],
+                "mean_error": float(np.mean(errs)) if errs else None,
+            }
+            per[s]["within_budget"] = (
+                per[s]["mean_error"] is not None and per[s]["mean_error"] <= budget
+            )
+        fixed = {
+            s: r
+            for s, r in per.items()
+            if s != "auto" and r["jobs"] and not r["failed"] and r["p50"] is not None
+        }
+        feasible = [s for s, r in fixed.items() if r["within_budget"]]
+        o50 = min(feasible, key=lambda s: per[s]["p50"]) if feasible else None
+        o90 = min(feasible, key=lambda s: per[s]["p90"]) if feasible else None
+        auto = per.get("auto") if per.get("auto", {}).get("jobs") else None
+        a50 = auto["p50"] if auto else None
+        a90 = auto["p90"] if auto else None
+        plain90 = per["plain"]["p90"] if "plain" in per and not per["plain"]["failed"] else None
+        row: dict[str, Any] = {
+            "label": srow["label"],
+            "cell": srow["cell"],
+            "strategies": per,
+            "feasible": feasible,
+            "oracle_p50": o50,
+            "oracle_p90": o90,
+            "auto_p50": a50,
+            "auto_p90": a90,
+            "auto_mean_error": auto["mean_error"] if auto else None,
+            "auto_failed": auto["failed"] if auto else None,
+            "oracle_p50_value": per[o50]["p50"] if o50 else None,
+            "oracle_p90_value": per[o90]["p90"] if o90 else None,
+            "plain_p90": plain90,
+        }
+        row["p50_ratio"] = _ratio(a50, row["oracle_p50_value"])
+        row["p90_ratio"] = _ratio(a90, row["oracle_p90_value"])
+        row["p90_vs_plain"] = _ratio(a90, plain90)
+        timed = auto is not None and not auto["failed"]
+        row["met"] = {
+            "p50": timed and row["p50_ratio"] is not None and row["p50_ratio"] <= MAP_P50,
+            "p90": timed and row["p90_ratio"] is not None and row["p90_ratio"] <= MAP_P90,
+            "error": bool(auto and auto["within_budget"]),
+            "plain": timed and row["p90_vs_plain"] is not None and row["p90_vs_plain"] <= 1.0,
+        }
+        row["all_met"] = all(row["met"].values())
+        chosen = collections.Counter(
+            j.chosen or "none recorded"
+            for j in here
+            if j.strategy == "auto" and j.latency is not None
+        )
+        row["chosen"] = dict(chosen.most_common())
+        rows.append(row)
+    return {
+        "budget": budget,
+        "targets": {"p50": MAP_P50, "p90": MAP_P90, "p90_vs_plain": 1.0},
+        "cells": rows,
+        "cells_met": sum(r["all_met"] for r in rows),
+        "cells_total": len(rows),
+    }
+
+
+def _x(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _mark(v: float | None, ok: bool, fmt: str = "{:.2f}") -> str:
+    return f"{_x(v, fmt)} {'met' if ok else '**missed**'}"
+
+
+def hindsight_markdown(h: dict[str, Any], meta: dict[str, Any], numbers: list[int]) -> str:
+    """The tables of docs/adaptive/hindsight.md."""
+    budget = h["budget"]
+    L = [
+        "# Auto mode against hindsight on the regime map",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Date: {meta['date']}; git commit {meta['commit']}"
+        + (
+            " (with uncommitted changes to dask_bacc/ or benchmarks/)"
+            if meta.get("uncommitted")
+            else ""
+        )
+        + f"; {meta['cpus']} cores; "
+        f"wall {_x(meta.get('wall_seconds'), '{:.0f}')} s; Python {meta['python']}.",
+        "",
+        f"The cells of the quick regime map (`benchmarks/regimes.py`, docs/regimes.md): "
+        f"a `dask scheduler` and one-thread `dask worker` processes over "
+        f"{meta.get('hosts', 4)} hosts, {meta['rounds']} rounds per cell, every strategy "
+        f"({', '.join(meta['strategies'])}) run once per round in a shuffled order, each "
+        f'job on an idle cluster. Auto is `code`, `n_coded`, `wait` = `"auto"` with '
+        + (
+            f"`error={meta['budget']:g}`."
+            if "budget" in meta
+            else "its default error budget (`bacc.auto.error`: not recorded in this run)."
+        )
+        + " The oracle is the best fixed strategy in hindsight: among "
+        f"the strategies other than auto with no failed job and a mean error within the "
+        f"budget {budget:g} (inference: class disagreement), the least p50 (oracle-p50) "
+        "and, separately, the least p90 (oracle-p90). Times: submit to answer. Targets: "
+        f"auto's p50 <= {MAP_P50}x oracle-p50's, p90 <= {MAP_P90}x oracle-p90's, mean "
+        "error <= the budget, p90 <= plain Dask's.",
+        "",
+        f"**Cells meeting all four targets: {h['cells_met']} of {h['cells_total']}.**",
+        "",
+        "| # | cell | auto p50 (s) | oracle-p50 (s) | auto / oracle p50 | auto p90 (s) "
+        "| oracle-p90 (s) | auto / oracle p90 | auto p90 / plain p90 | auto mean error "
+        "| all targets |",
+        "|--:|---|--:|---|---|--:|---|---|---|---|:-:|",
+    ]
+    for n, r in zip(numbers, h["cells"], strict=True):
+        m = r["met"]
+        fail = f" ({r['auto_failed']} failed)" if r["auto_failed"] else ""
+        L.append(
+            f"| {n} | {r['label']} | {_x(r['auto_p50'], '{:.3f}')}{fail} "
+            f"| {_x(r['oracle_p50_value'], '{:.3f}')} ({r['oracle_p50'] or 'none'}) "
+            f"| {_mark(r['p50_ratio'], m['p50'])} | {_x(r['auto_p90'], '{:.3f}')} "
+            f"| {_x(r['oracle_p90_value'], '{:.3f}')} ({r['oracle_p90'] or 'none'}) "
+            f"| {_mark(r['p90_ratio'], m['p90'])} | {_mark(r['p90_vs_plain'], m['plain'])} "
+            f"| {_mark(r['auto_mean_error'], m['error'], '{:.2g}')} "
+            f"| {'yes' if r['all_met'] else '**no**'} |"
+        )
+    L += [
+        "",
+        "## What auto chose",
+        "",
+        "Per cell, auto's settings over its answered jobs (code, N, k; most frequent "
+        "first). *None recorded*: the job's report had no chosen setting (the model had "
+        "not learned enough and the defaults ran; a regimes.py run before this benchmark "
+        "did not record the DataFrame cell's choices).",
+        "",
+        "| # | cell | chosen (jobs) |",
+        "|--:|---|---|",
+    ]
+    for n, r in zip(numbers, h["cells"], strict=True):
+        ch = ", ".join(f"{c} x{k}" for c, k in r["chosen"].items()) or "-"
+        L.append(f"| {n} | {r['label']} | {ch} |")
+    L += ["", "## Every strategy, per cell", ""]
+    for n, r in zip(numbers, h["cells"], strict=True):
+        L += [
+            f"**{n}. {r['label']}**",
+            "",
+            "| strategy | jobs | failed | p50 (s) | p90 (s) | mean error | within budget |",
+            "|---|--:|--:|--:|--:|--:|:-:|",
+        ]
+        for s, x in r["strategies"].items():
+            tag = []
+            if s == r["oracle_p50"]:
+                tag.append("oracle-p50")
+            if s == r["oracle_p90"]:
+                tag.append("oracle-p90")
+            name = s + (f" ({', '.join(tag)})" if tag else "")
+            if not x["jobs"]:
+                L.append(f"| {name} | 0 | - | - | - | - | not run |")
+                continue
+            failed = str(x["failed"]) + (f": {x['failure']}" if x["failed"] else "")
+            L.append(
+                f"| {name} | {x['jobs']} | {failed} | {_x(x['p50'], '{:.3f}')} "
+                f"| {_x(x['p90'], '{:.3f}')} | {_x(x['mean_error'], '{:.2g}')} "
+                f"| {'yes' if x['within_budget'] else 'no'} |"
+            )
+        L.append("")
+    return "\n".join(L)
+
+
+def run_map_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--map``: the quick regime map's cells, auto against the oracle per cell."""
+    import os
+    import platform
+    import signal
+
+    R = load_regimes()
+    stem = args.name or "hindsight"
+    path = args.out / f"{stem}.json"
+    md = args.docs / f"{stem}.md"
+    budget = args.error
+    if args.from_json:
+        data = json.loads(args.from_json.read_text())
+        cells = [R.Cell(**c) for c in data["cells"]]
+        jobs = [R.Job(**j) for j in data["jobs"]]
+        strategies = tuple(data["strategies"])
+        meta = data["meta"]
+        meta.setdefault("strategies", list(strategies))
+        numbers = meta.get("cell_numbers", list(range(len(cells))))
+        budget = meta.get("budget", budget)
+    else:
+        # a SIGTERM (timeout, kill) unwinds like Ctrl-C, so the test bed's processes go too
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        from tqdm.auto import tqdm
+
+        chosen = args.strategies or ",".join(MAP_STRATEGIES)
+        strategies = tuple(x for x in chosen.split(",") if x)
+        unknown = set(strategies) - set(R.STRATEGIES)
+        if unknown or "plain" not in strategies or "auto" not in strategies:
+            parser.error(f"--strategies from {R.STRATEGIES}, with plain and auto; got {chosen}")
+        cells = R.quick_cells()
+        numbers = list(range(len(cells)))
+        if args.cells:
+            numbers = [int(i) for i in args.cells.split(",")]
+            cells = [cells[i] for i in numbers]
+        rounds = args.rounds if args.rounds is not None else 10
+        jobs: list[Any] = []
+        meta = {
+            "command": "python benchmarks/adaptive.py " + " ".join(sys.argv[1:]),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": git_commit(),
+            "uncommitted": uncommitted(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "rounds": rounds,
+            "seed": args.seed,
+            "budget": budget,
+            "hosts": R.HOSTS,
+            "strategies": list(strategies),
+            "cell_numbers": numbers,
+            "wall_seconds": None,
+        }
+        t0 = time.perf_counter()
+        args.out.mkdir(parents=True, exist_ok=True)
+
+        def save() -> None:  # after every cell: an interrupted run keeps what it measured
+            meta["wall_seconds"] = round(time.perf_counter() - t0, 1)
+            record = {
+                "meta": meta,
+                "cells": [asdict(c) for c in cells],
+                "strategies": list(strategies),
+                "jobs": [asdict(j) for j in jobs],
+            }
+            path.write_text(json.dumps(record, indent=1))
+
+        bar = tqdm(total=R.map_jobs(cells, rounds, strategies), desc="hindsight", unit="job")
+        testbed = argparse.Namespace(emulate_hosts=False, bandwidth=None)
+        R.run_map(
+            cells,
+            rounds,
+            args.seed,
+            strategies,
+            testbed,
+            bar,
+            jobs,
+            after_cell=save,
+            auto_error=budget,
+        )
+        bar.close()
+    ran = sorted({j.cell for j in jobs})  # an interrupted run: the cells it finished
+    numbers = [numbers[i] for i in ran]
+    cells = [cells[i] for i in ran]
+    jobs = [replace(j, cell=ran.index(j.cell)) for j in jobs]
+    h = hindsight(cells, jobs, strategies, budget)
+    text = hindsight_markdown(h, meta, numbers)
+    if not args.from_json:
+        record = json.loads(path.read_text())
+        record["hindsight"] = h
+        path.write_text(json.dumps(record, indent=1))
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(text)
+    print(text)
+    print(f"wrote {md}" + ("" if args.from_json else f", {path}"))
+    return 0
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(
@@ -608,9 +990,33 @@ def git_commit() -> str:
         return "unknown"
 
 
+def uncommitted() -> bool:
+    """Whether tracked files under dask_bacc/ or benchmarks/ differ from the commit."""
+    try:
+        out = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                "dask_bacc",
+                "benchmarks",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        return bool(out.stdout.strip())
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds per regime")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="interleaved rounds per regime (20) or cell (10)"
+    )
     parser.add_argument("--warmup", type=int, default=10, help="auto warm-up jobs per regime")
     parser.add_argument("--base", type=float, default=0.05, help="seconds f sleeps per block")
     parser.add_argument("--error", type=float, default=0.1, help="auto's error budget")
@@ -624,7 +1030,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--docs", type=Path, default=ROOT / "docs/adaptive", help="md/png dir")
     parser.add_argument("--from-json", type=Path, help="only rebuild the report from a JSON")
+    parser.add_argument(
+        "--map", action="store_true", help="the quick regime map's cells, auto against hindsight"
+    )
+    parser.add_argument("--cells", default=None, help="--map: comma-separated cell numbers")
+    parser.add_argument(
+        "--strategies",
+        default=None,
+        help=f"--map: comma-separated, with plain and auto (default {','.join(MAP_STRATEGIES)})",
+    )
     args = parser.parse_args(argv)
+    if args.map:
+        if args.quick or args.regimes != list(REGIMES):
+            parser.error("--quick and --regimes are for the three regimes, not --map")
+        return run_map_mode(args, parser)
+    if args.cells or args.strategies:
+        parser.error("--cells and --strategies go with --map")
+    if args.rounds is None:
+        args.rounds = 20
     stem = args.name or ("adaptive-quick" if args.quick else "adaptive")
     md = args.docs / f"{args.name or ('benchmark-quick' if args.quick else 'benchmark')}.md"
     png = md.with_suffix(".png")
