@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -21,10 +23,18 @@ from ._types import FloatArray
 from .base import Code
 from .registry import get_code
 
-__all__ = ["expected_error", "smooth_signal"]
+__all__ = ["expected_error", "smooth_signal", "stored_errors", "write_table"]
 
 #: the reference signal's block shape and the random subsets drawn per (code, k)
 _ROWS, _COLS, _DRAWS = 16, 8, 24
+#: the model computed ahead for the codes auto mode weighs with their default options
+#: (``python -m dask_bacc.codes.predict`` writes it): a planner's first job in a process
+#: would otherwise spend seconds decoding the reference (5-15 ms per code, N and k)
+TABLE = Path(__file__).with_name("expected_error.npz")
+#: codes, K and k the table holds: ``K <= TABLE_K``, ``K < N <= 2K``, ``k >= (K + 1) // 2``
+#: (the planner's range); anything else is computed when first asked for
+TABLE_CODES = ("systematic-spline", "spline", "systematic-berrut", "berrut")
+TABLE_K = 32
 
 
 def smooth_signal(K: int, rows: int, cols: int, rng: np.random.Generator) -> FloatArray:
@@ -88,6 +98,83 @@ def expected_error(code: Code, k: int) -> float:
         raise ValueError(f"k must lie in [1, N={code.N}], got {k}")
     if k < code.min_results:
         return math.inf
+    stored = stored_errors(code, [k])
+    if stored is not None:
+        return float(stored[0])
+    return _expected(code.name, code.K, code.N, _options(code), int(k))
+
+
+def stored_errors(code: Code, ks: Sequence[int]) -> FloatArray | None:
+    """:func:`expected_error` for each k of ``ks`` (increasing) from the stored model, in
+    one slice; None when it does not hold them all (compute them one by one)."""
+    ks = list(ks)
+    if not ks or code.N > 2 * code.K or ks[0] < max(code.min_results, (code.K + 1) // 2):
+        return None
+    table = _table().get(_key(code))
+    if table is None:
+        return None
+    row = table[code.N - code.K - 1, [k - 1 for k in ks]].astype(float)
+    return None if np.isnan(row).any() else row
+
+
+def _options(code: Code) -> tuple[tuple[str, object], ...]:
     skip = {"name", "K", "N"}
-    options = tuple(sorted((str(a), v) for a, v in code.get_config().items() if a not in skip))
-    return _expected(code.name, code.K, code.N, options, int(k))
+    return tuple(sorted((str(a), v) for a, v in code.get_config().items() if a not in skip))
+
+
+def _key(code: Code) -> str:
+    """A code's rows in the stored model: its name, options (a systematic spline is a
+    spline with ``systematic=True``) and K."""
+    return f"{code.name}{_options(code)!r}/{code.K}"
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, np.ndarray]:
+    """The stored model: :func:`_key` -> float32 ``(K, 2K)`` array, row ``N - K - 1``,
+    column ``k - 1`` (NaN where not computed); empty when the file is missing."""
+    try:
+        with np.load(TABLE) as stored:
+            return {name: stored[name] for name in stored.files}
+    except FileNotFoundError:
+        return {}
+
+
+def _table_rows(args: tuple[str, int]) -> tuple[str, np.ndarray]:
+    name, K = args
+    out = np.full((K, 2 * K), np.nan, dtype=np.float32)
+    for N in range(K + 1, 2 * K + 1):
+        code = get_code(name, K, N)
+        for k in range(max(code.min_results, (K + 1) // 2), N + 1):
+            out[N - K - 1, k - 1] = _expected(code.name, K, N, _options(code), k)
+    return _key(get_code(name, K, K + 1)), out
+
+
+def write_table(path: Path = TABLE, max_k: int = TABLE_K, processes: int = 1) -> Path:
+    """Compute the stored model (:data:`TABLE`): every code of :data:`TABLE_CODES`, every
+    ``2 <= K <= max_k``, ``K < N <= 2K`` and ``(K + 1) // 2 <= k <= N``, exactly as
+    :func:`expected_error` computes it when asked.
+
+    Minutes of CPU (48k entries at K <= 32); ``processes`` runs that many at once.
+    """
+    jobs = [(name, K) for K in range(max_k, 1, -1) for name in TABLE_CODES]
+    if processes > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            rows = dict(pool.imap_unordered(_table_rows, jobs))
+    else:
+        rows = dict(map(_table_rows, jobs))
+    np.savez_compressed(path, **{key: rows[key] for key in sorted(rows)})
+    _table.cache_clear()
+    return path
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=write_table.__doc__)
+    parser.add_argument("--out", type=Path, default=TABLE)
+    parser.add_argument("--max-k", type=int, default=TABLE_K)
+    parser.add_argument("--processes", type=int, default=1)
+    ns = parser.parse_args()
+    print(write_table(ns.out, ns.max_k, ns.processes))

@@ -16,17 +16,19 @@ estimates give (:class:`Calibration`, fitted per function).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..codes import Code, get_code
-from ..codes.predict import expected_error
+from ..codes.predict import expected_error, stored_errors
 from ..codes.repetition import RepetitionCode, Uncoded
 from .placement import spread_order
 
@@ -94,7 +96,10 @@ class Option:
     """One setting the planner weighed.
 
     ``time`` and ``p90`` are the mean and 90th percentile of the predicted time to answer,
-    in units of the job's median task; ``error`` the predicted relative error.
+    in units of the job's median task; ``error`` the predicted relative error; ``cpu``
+    the expected task time of the job (median tasks, summed over its tasks); ``score``
+    what the planner minimises: ``time`` plus the cost weight times ``cpu`` over the
+    workers.
     """
 
     code: str
@@ -103,10 +108,12 @@ class Option:
     time: float
     p90: float
     error: float
+    cpu: float = math.nan
+    score: float = math.nan
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("time", "p90", "error"):
+        for key in ("time", "p90", "error", "cpu", "score"):
             out[key] = _round(out[key])
         return out
 
@@ -130,6 +137,15 @@ class Plan:
         The chosen option's predicted error over the reference's (1 for exact codes).
     jobs : int
         Jobs the straggler model had learned from.
+    confidence : float
+        How sure the planner is that the chosen setting is within the error budget: the
+        probability under the calibration's uncertainty (1 for an exact code).
+    sigma : float
+        That uncertainty: the log-scale spread of the predicted error.
+    kept : bool
+        The last job's choice was kept (hysteresis).
+    cost_weight : float
+        The weight of the task time in the score.
     """
 
     chosen: Option
@@ -139,6 +155,10 @@ class Plan:
     error_budget: float
     calibration: float
     jobs: int
+    confidence: float = 1.0
+    sigma: float = 0.0
+    kept: bool = False
+    cost_weight: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-serialisable, as in ``report.auto``."""
@@ -147,6 +167,10 @@ class Plan:
             "reason": self.reason,
             "error_budget": self.error_budget,
             "calibration": _round(self.calibration),
+            "confidence": _round(self.confidence),
+            "sigma": _round(self.sigma),
+            "kept": self.kept,
+            "cost_weight": self.cost_weight,
             "model_jobs": self.jobs,
             "alternatives": [o.as_dict() for o in self.alternatives],
         }
@@ -189,27 +213,114 @@ def index_order(code: Code) -> list[int]:
     """Coded task indices in the order they take the workers, fastest first: systematic
     tasks first (their results are exact), each group in bit-reversed order so that the
     slowest tasks are spread over the interpolation points rather than bunched."""
-    systematic = getattr(code, "systematic_workers", None)
-    first = set() if systematic is None else {int(i) for i in systematic}
-    spread = spread_order(code.N)
-    return [i for i in spread if i in first] + [i for i in spread if i not in first]
+    return list(_index_order(code.name, code.K, code.N, _systematic(code)))
 
 
-def _times(code: Code, L: NDArray[np.float64], ks: Sequence[int]) -> dict[int, NDArray[Any]]:
-    """Per draw, when the wait for k results (or, exact codes, a decodable set) is met."""
-    if isinstance(code, (RepetitionCode, Uncoded)):
-        K = code.K
-        copies = [L[:, [i for i in range(code.N) if i % K == j]].min(axis=1) for j in range(K)]
-        t = np.max(np.stack(copies, axis=1), axis=1)
-        return dict.fromkeys(ks, t)
-    ordered = np.sort(L, axis=1)
+def _systematic(code: Code) -> tuple[int, ...]:
     systematic = getattr(code, "systematic_workers", None)
-    done = None if systematic is None else L[:, list(systematic)].max(axis=1)
-    out = {}
-    for k in ks:
-        t = ordered[:, k - 1]
-        out[k] = t if done is None else np.minimum(t, done)
-    return out
+    return () if systematic is None else tuple(int(i) for i in systematic)
+
+
+@functools.lru_cache(maxsize=4096)
+def _index_order(name: str, K: int, N: int, systematic: tuple[int, ...]) -> tuple[int, ...]:
+    first = set(systematic)
+    spread = spread_order(N)
+    return tuple([i for i in spread if i in first] + [i for i in spread if i not in first])
+
+
+@functools.lru_cache(maxsize=4096)
+def _code(name: str, K: int, N: int, options: tuple[tuple[str, Any], ...]) -> Code | None:
+    """The code, built once per process (a planner weighs ~100 of them per job); None when
+    ``name`` cannot have N tasks (Lagrange's threshold)."""
+    try:
+        return get_code(name, K, N, **dict(options))
+    except ValueError:
+        return None
+
+
+def _frozen(options: dict[str, Any]) -> tuple[tuple[str, Any], ...] | None:
+    """``options`` as a cache key, or None when a value cannot be one."""
+    try:
+        items = tuple(sorted(options.items()))
+        hash(items)
+    except TypeError:
+        return None
+    return items
+
+
+def _build(name: str, K: int, N: int, options: dict[str, Any]) -> Code | None:
+    key = _frozen(options)
+    if key is not None:
+        return _code(name, K, N, key)
+    try:
+        return get_code(name, K, N, **options)
+    except ValueError:
+        return None
+
+
+def _stats(T: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per column of ``T`` (draws x settings): the mean and the 90th percentile (linear, as
+    ``numpy.quantile``), from one sort."""
+    S = T.shape[0]
+    ordered = np.sort(T, axis=0)
+    pos = 0.9 * (S - 1)
+    lo = int(pos)
+    hi = min(lo + 1, S - 1)
+    p90 = ordered[lo] + (pos - lo) * (ordered[hi] - ordered[lo])
+    return T.mean(axis=0), p90
+
+
+class _Times:
+    """When each setting's wait is met, per draw, for one ordering of the workers: shared by
+    the codes whose times coincide (every approximate code of an N waits for the k-th of
+    the same N draws; the systematic ones also for the same K systematic workers)."""
+
+    def __init__(self, D: NDArray[np.float64]):
+        self.D = D
+        self._sorted: dict[int, NDArray[np.float64]] = {}
+        self._memo: dict[tuple[Any, ...], tuple[NDArray[Any], NDArray[Any], float]] = {}
+
+    def _order_stats(self, N: int) -> NDArray[np.float64]:
+        if N not in self._sorted:
+            self._sorted[N] = np.sort(self.D[:, :N], axis=1)
+        return self._sorted[N]
+
+    def of(
+        self, code: Code, cols: NDArray[np.intp], ks: tuple[int, ...]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+        """Mean and p90 of the time to answer for each k of ``ks``, and the expected task
+        time of the job (every task runs to its end: a straggler's thread cannot be
+        stopped), for ``code`` with coded index i on column ``cols[i]``."""
+        N = code.N
+        exact = isinstance(code, (RepetitionCode, Uncoded))
+        systematic = _systematic(code)
+        prefix = bool(np.array_equal(np.sort(cols), np.arange(N)))
+        if exact:
+            key: tuple[Any, ...] = ("copies", code.K, tuple(cols.tolist()))
+        else:
+            sys_cols = tuple(sorted(int(cols[i]) for i in systematic))
+            key = ("order", N, sys_cols, ks, prefix or tuple(cols.tolist()))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        L = self.D[:, cols]
+        if exact:
+            K = code.K
+            copies = -(-N // K)
+            padded = np.full((L.shape[0], copies * K), np.inf)
+            padded[:, :N] = L  # coded index i = c K + j is a copy of block j
+            t = padded.reshape(L.shape[0], copies, K).min(axis=1).max(axis=1)
+            T = np.repeat(t[:, None], len(ks), axis=1)
+        else:
+            ordered = self._order_stats(N) if prefix else np.sort(L, axis=1)
+            T = ordered[:, [k - 1 for k in ks]]
+            if systematic:
+                done = self.D[:, list(sys_cols)].max(axis=1)
+                T = np.minimum(T, done[:, None])
+        mean, p90 = _stats(T)
+        out = (mean, p90, float(L.sum(axis=1).mean()))
+        self._memo[key] = out
+        return out
 
 
 class Calibration:
@@ -229,21 +340,34 @@ class Calibration:
     mostly the estimator's own noise (it overestimates some decodes threefold), and
     inflating the prediction by it made every short wait look over budget. Kept in the
     client process, bounded to ``size`` functions.
+
+    How sure the prediction is (:meth:`sigma`): the log-scale spread of the fit's level,
+    from the prior's share (``prior_sigma``, a factor of 2 before any job, fading as
+    ``(1 - weight)^jobs``) and the estimates' scatter about the fit over the jobs it
+    rests on. The planner asks a setting it did not choose last time to be within the
+    budget with a margin of it (:func:`plan`'s ``confidence``).
     """
 
     #: the log error about which the fit is centred (a budget of about 5%)
     x0 = math.log(0.05)
+    #: log-scale uncertainty of the model before any job of a function (a factor of 2)
+    prior_sigma = math.log(2.0)
 
     def __init__(self, weight: float = 0.3, size: int = 256):
         self.weight = weight
         self.size = size
-        # per function: EW means of 1, u, y, uu, uy (u = log model - x0, y = log est)
-        self._sums: OrderedDict[str, NDArray[np.float64]] = OrderedDict()
+        # per function: EW means of 1, u, y, uu, uy, yy (u = log model - x0, y = log est),
+        # and the jobs learned from
+        self._sums: OrderedDict[str, tuple[NDArray[np.float64], int]] = OrderedDict()
 
     def _prior(self) -> NDArray[np.float64]:
         """The sums of the model itself: two points, u = -1 and 1, with y = x0 + u."""
         x0 = self.x0
-        return np.array([1.0, 0.0, x0, 1.0, 1.0])
+        return np.array([1.0, 0.0, x0, 1.0, 1.0, x0 * x0 + 1.0])
+
+    def jobs(self, func: str) -> int:
+        """Jobs of ``func`` learned from (0 when none, or forgotten)."""
+        return self._sums.get(func, (None, 0))[1]
 
     def observe(self, func: str, code: Code, points: Sequence[tuple[int, float]]) -> None:
         """Learn from a job of ``code``: ``points`` are (results decoded from, estimate)."""
@@ -257,29 +381,48 @@ class Calibration:
         if not rows:
             return  # exact decodes (estimate 0) say nothing of the curve
         u, y = np.array(rows).T
-        job = np.array([1.0, u.mean(), y.mean(), (u * u).mean(), (u * y).mean()])
-        old = self._sums.pop(func, None)
+        job = np.array([1.0, u.mean(), y.mean(), (u * u).mean(), (u * y).mean(), (y * y).mean()])
+        old, n = self._sums.pop(func, (self._prior(), 0))
         w = self.weight
-        self._sums[func] = (1 - w) * (self._prior() if old is None else old) + w * job
+        self._sums[func] = ((1 - w) * old + w * job, n + 1)
         while len(self._sums) > self.size:
             self._sums.popitem(last=False)
 
+    def _of(self, func: str) -> NDArray[np.float64]:
+        return self._sums.get(func, (self._prior(), 0))[0]
+
     def fit(self, func: str) -> tuple[float, float]:
         """``(c, b)``: the fit's log error at ``x0`` and its slope."""
-        W, U, Y, UU, UY = self._sums.get(func, self._prior())
+        W, U, Y, UU, UY, _ = self._of(func)
         var = UU - U * U / W
         # the prior's spread never vanishes entirely ((1 - weight)^n of it is left): var > 0
         b = min(max((UY - U * Y / W) / var, 0.1), 2.0) if var > 1e-12 else 1.0
         return float((Y - b * U) / W), float(b)
 
+    def sigma(self, func: str) -> float:
+        """Log-scale uncertainty of the function's predicted error: the prior's share of
+        ``prior_sigma``, plus the scatter of the estimates about the fit over the jobs'
+        effective number (an exponential weighting keeps about ``(2 - w) / w``)."""
+        W, U, Y, UU, UY, YY = self._of(func)
+        n = self.jobs(func)
+        c, b = self.fit(func)
+        resid = (YY - 2 * c * Y - 2 * b * UY + c * c * W + 2 * c * b * U + b * b * UU) / W
+        w = self.weight
+        share = (1 - w) ** n
+        n_eff = max(1.0, min(float(n), (2 - w) / w))
+        return math.sqrt(share * self.prior_sigma**2 + (1 - share) * max(resid, 0.0) / n_eff)
+
     def scale(self, func: str) -> Callable[[float], float]:
         """The function's predicted error from the model's (0 stays 0)."""
         c, b = self.fit(func)
 
-        def predict(model: float) -> float:
-            if model <= 0 or not math.isfinite(model):
-                return model
-            return math.exp(c + b * (math.log(model) - self.x0))
+        def predict(model: Any) -> Any:
+            """Scalars or arrays (what is 0 or not finite stays so)."""
+            m = np.asarray(model, dtype=float)
+            ok = (m > 0) & np.isfinite(m)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.where(ok, np.exp(c + b * (np.log(np.where(ok, m, 1.0)) - self.x0)), m)
+            return float(out) if out.ndim == 0 else out
 
         return predict
 
@@ -297,8 +440,19 @@ def plan(
     tolerance: float = 0.05,
     late_cost: float = 4.0,
     placement: Sequence[str] | None = None,
+    cost_weight: float = 0.0,
+    exact_preference: float = 0.0,
+    sigma: float = 0.0,
+    confidence: float = 0.5,
+    hysteresis: float = 0.0,
+    incumbent: tuple[str, int, int] | None = None,
 ) -> Plan:
     """Choose the code, N, the wait and the workers of a job.
+
+    Every setting is scored by its expected time to answer plus ``cost_weight`` times its
+    expected task time over the workers (what it takes from a busy cluster); settings are
+    visited in order of that score, and a setting's predicted error is only computed when
+    it could still be chosen (exact codes need none).
 
     Parameters
     ----------
@@ -323,14 +477,34 @@ def plan(
         The predicted error from the reference's (:meth:`Calibration.scale`), or a
         factor on it.
     tolerance : float
-        Options within this fraction of the fastest count as equally fast; among them the
-        one with fewest tasks wins (then the most accurate).
+        Options whose score is within this fraction of the best count as equally good;
+        among them the incumbent is kept, else the one with fewest tasks wins (then the
+        most accurate).
     late_cost : float
         Late draws (a task known only to be late) count as at least this many median
         tasks.
     placement : sequence of str, optional
         The worker of each coded task, when it is fixed (the shares of a CodedData):
         only the wait is chosen, for these workers.
+    cost_weight : float
+        Weight of the expected task time (in median tasks, summed over the job's tasks and
+        divided by the candidate workers) in the score: 0 for an idle cluster (time to
+        answer alone), 1 for one whose every worker-second is wanted by other work.
+    exact_preference : float
+        An exact setting whose score is within this fraction of the best is chosen over
+        approximate ones.
+    sigma : float
+        Log-scale uncertainty of the predicted error (:meth:`Calibration.sigma`).
+    confidence : float
+        With an ``incumbent``, another setting must be within the budget with this
+        probability (its error times ``exp(z sigma)``, ``z`` the normal quantile, within
+        the budget), while the incumbent only needs its predicted error within: the
+        choice does not flip on the estimates' noise near the budget.
+    hysteresis : float
+        ... and by at least this fraction (the band is never narrower).
+    incumbent : (code, N, k), optional
+        Last job's choice for the same function and settings (None: a first plan, the
+        predicted error alone decides).
 
     Returns
     -------
@@ -348,98 +522,189 @@ def plan(
         order = [position[w] for w in placement]
     else:
         order = order_workers(view, late_cost)
-    D = _costed(view, late_cost)[:, order]
     W = len(order)
+    times = _Times(_costed(view, late_cost)[:, order])
     opts_of = dict(codes)
-    # per (code, N): its options by k, fastest first, and the fewest results within budget
-    groups: list[tuple[Code, list[Option]]] = []
+    # every setting weighed, by group (a code and N): its code, ks and options
+    groups: list[tuple[Code, tuple[int, ...], list[Option]]] = []
     for name, opts in codes:
         for N in _n_range(name, K, n_coded, min(max_n, W), W):
-            try:
-                code = get_code(name, K, N, **opts)
-            except ValueError:
+            code = _build(name, K, N, opts)
+            if code is None:
                 continue  # too few tasks for this code (Lagrange's threshold)
-            cols = np.empty(N, dtype=int)
             if placement is not None:
-                cols[:] = np.arange(N)  # coded index i runs on placement[i]
+                cols = np.arange(N)  # coded index i runs on placement[i]
             else:
-                cols[index_order(code)] = np.arange(N)  # coded index -> rank of its worker
+                cols = np.empty(N, dtype=np.intp)
+                cols[list(_index_order(name, K, N, _systematic(code)))] = np.arange(N)
             if wait is not None:
                 kk = wait(code)
-                ks = [kk] if code.min_results <= kk <= N else []
+                ks: tuple[int, ...] = (kk,) if code.min_results <= kk <= N else ()
             elif code.exact:
-                ks = [min(N, code.min_results + code.check_spare)]
+                ks = (min(N, code.min_results + code.check_spare),)
             else:
-                ks = list(range(max(code.min_results, (K + 1) // 2), N + 1))
-            times = _times(code, D[:, cols], ks)
+                ks = tuple(range(max(code.min_results, (K + 1) // 2), N + 1))
+            if not ks:
+                continue
+            mean, p90, cpu = times.of(code, cols, ks)
+            extra = cost_weight * cpu / W
             group = [
-                Option(name, N, kk, float(t.mean()), float(np.quantile(t, 0.9)), math.nan)
-                for kk, t in times.items()
+                Option(
+                    name,
+                    N,
+                    kk,
+                    float(mean[j]),
+                    float(p90[j]),
+                    math.nan,
+                    cpu,
+                    float(mean[j] + extra),
+                )
+                for j, kk in enumerate(ks)
             ]
-            if group:
-                groups.append((code, group))
+            groups.append((code, ks, group))
     if not groups:
         raise NoSetting(
             f"no setting to weigh: K={K}, {W} workers, at most {max_n} tasks, "
             f"n_coded={n_coded}, the wait fixed={wait is not None}"
         )
-
     scale = calibration if callable(calibration) else (lambda e: e * float(calibration))
+    z = NormalDist().inv_cdf(min(max(confidence, 1e-6), 1 - 1e-6))
+    inc = None if incumbent is None else tuple(incumbent)
+    # a setting other than the last job's needs a margin (none for a first plan)
+    limit = error if inc is None else error / max(math.exp(z * sigma), 1.0 + hysteresis)
+    errors: dict[int, dict[int, float]] = {}  # per group, per position: the error
+    stored: dict[int, NDArray[np.float64] | None] = {}
 
-    def err(code: Code, o: Option) -> Option:
-        e = 0.0 if code.exact else scale(expected_error(code, o.k))
-        return Option(o.code, o.N, o.k, o.time, o.p90, e)
+    def row_of(g: int) -> NDArray[np.float64] | None:
+        """Group g's predicted errors from the stored model, in one slice (None: not
+        stored, computed one by one)."""
+        if g not in stored:
+            row = stored_errors(groups[g][0], groups[g][1])
+            stored[g] = None if row is None else np.asarray(scale(row), dtype=float)
+        return stored[g]
 
-    # the error falls as k grows: bisect for each group's first option within budget
-    feasible: list[tuple[Code, list[Option]]] = []
-    alternatives: list[Option] = []
-    for code, group in groups:
-        lo, hi, found = 0, len(group) - 1, None
+    def err(g: int, j: int) -> float:
+        """The predicted error of option j of group g (computed once)."""
+        code, ks, _ = groups[g]
+        if code.exact:
+            return 0.0
+        row = row_of(g)
+        if row is not None:
+            return float(row[j])
+        cache = errors.setdefault(g, {})
+        if j not in cache:
+            cache[j] = float(scale(expected_error(code, ks[j])))
+        return cache[j]
+
+    def first_within(g: int) -> int | None:
+        """The first option of group g within a newcomer's budget: the error falls as k
+        grows (bisection where it is computed one by one)."""
+        code, ks, _ = groups[g]
+        if code.exact:
+            return 0
+        row = row_of(g)
+        if row is not None:
+            hits = np.flatnonzero(row <= limit)
+            return int(hits[0]) if hits.size else None
+        lo, hi, found = 0, len(ks) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2
-            o = err(code, group[mid])
-            if o.error <= error:
-                found, hi = (mid, o), mid - 1
+            if err(g, mid) <= limit:
+                found, hi = mid, mid - 1
             else:
                 lo = mid + 1
-        if found is None:
-            alternatives.append(err(code, group[-1]))  # its most accurate
-        else:
-            alternatives.append(found[1])
-            feasible.append((code, [found[1], *group[found[0] + 1 :]]))
-    if feasible:
-        best = min(g[0].time for _, g in feasible)
+        return found
+
+    def with_error(g: int, j: int) -> Option:
+        return replace(groups[g][2][j], error=err(g, j))
+
+    # groups by their best score: a group whose best cannot come near is never priced
+    by_score = sorted(range(len(groups)), key=lambda g: groups[g][2][0].score)
+    slack = max(tolerance, exact_preference)
+    best: float | None = None
+    candidates: list[tuple[int, int]] = []  # (group, first position within)
+    kept: Option | None = None
+    for g in by_score:
+        group = groups[g][2]
+        if best is not None and group[0].score > best * (1 + slack):
+            break
+        if inc is not None and (group[0].code, group[0].N) == inc[:2]:
+            j = next((j for j, o in enumerate(group) if o.k == inc[2]), None)
+            if j is not None and err(g, j) <= error:  # the incumbent keeps the full budget
+                kept = with_error(g, j)
+                best = kept.score if best is None else min(best, kept.score)
+        f = first_within(g)
+        if f is not None:
+            candidates.append((g, f))
+            best = group[f].score if best is None else min(best, group[f].score)
+    if best is not None:
+        # the settings within the slack of the best, their errors, positions in score order
         near = [
-            err(code, o) if math.isnan(o.error) else o
-            for code, g in feasible
-            for o in g
-            if o.time <= best * (1 + tolerance)
+            with_error(g, j)
+            for g, f in candidates
+            for j in range(f, len(groups[g][2]))
+            if groups[g][2][j].score <= best * (1 + slack)
+            and (groups[g][0].exact or err(g, j) <= limit)
         ]
-        chosen = min(near, key=lambda o: (o.N, o.error, o.time))
-        reason = f"least expected time within error <= {error:g}" + (
-            f"; the fewest tasks among the {len(near)} within {tolerance:.0%} of it"
-            if len(near) > 1
-            else ""
-        )
+        if kept is not None:
+            near.append(kept)
+        lead = min(near, key=lambda o: o.score)
+        exact = [o for o in near if o.error == 0.0 and o.score <= best * (1 + exact_preference)]
+        equal = [o for o in near if o.score <= best * (1 + tolerance)]
+        if kept is not None and kept.score <= best * (1 + tolerance):
+            chosen = kept
+            reason = "the last job's setting, still within the budget and as good as any"
+        elif exact and lead.error > 0.0:
+            chosen = min(exact, key=lambda o: o.score)
+            reason = (
+                f"an exact setting within {exact_preference:.0%} of the best score "
+                f"(error <= {error:g})"
+            )
+        else:
+            chosen = min(equal, key=lambda o: (o.N, o.error, o.score))
+            reason = (
+                f"least expected {'time' if cost_weight == 0 else 'score'} "
+                f"within error <= {error:g}"
+            ) + (
+                f"; the fewest tasks among the {len(equal)} within {tolerance:.0%} of it"
+                if len(equal) > 1
+                else ""
+            )
+        # for the report: the best option within of each group priced, else its fastest
+        seen = [with_error(g, f) for g, f in candidates]
+        seen += [with_error(g, 0) for g in by_score[:8] if g not in {c for c, _ in candidates}]
     else:
-        chosen = min(alternatives, key=lambda o: (o.error, o.time))
+        # nothing within: the most accurate setting of each code and N
+        seen = [with_error(g, len(group) - 1) for g, (_, _, group) in enumerate(groups)]
+        chosen = min(seen, key=lambda o: (o.error, o.score))
         reason = f"no setting is predicted within error <= {error:g}: the most accurate one"
-    code = get_code(chosen.code, K, chosen.N, **opts_of[chosen.code])
+    code = _build(chosen.code, K, chosen.N, opts_of[chosen.code])
+    assert code is not None
     workers = [""] * chosen.N
     if placement is not None:
         workers = list(placement)
     else:
-        for rank, i in enumerate(index_order(code)):
+        for rank, i in enumerate(_index_order(code.name, K, code.N, _systematic(code))):
             workers[i] = view.workers[order[rank]]
     ref = 0.0 if code.exact else expected_error(code, chosen.k)
+    if chosen.error == 0.0:
+        sure = 1.0
+    elif sigma > 0 and chosen.error > 0:
+        sure = NormalDist().cdf((math.log(error) - math.log(chosen.error)) / sigma)
+    else:
+        sure = float(chosen.error <= error)
     return Plan(
         chosen=chosen,
         workers=workers,
-        alternatives=sorted((o for o in alternatives if o != chosen), key=lambda o: o.time)[:8],
+        alternatives=sorted((o for o in seen if o != chosen), key=lambda o: o.score)[:8],
         reason=reason,
         error_budget=error,
         calibration=chosen.error / ref if 0 < ref < math.inf else 1.0,
         jobs=view.jobs,
+        confidence=sure,
+        sigma=sigma,
+        kept=kept is not None and chosen == kept,
+        cost_weight=cost_weight,
     )
 
 

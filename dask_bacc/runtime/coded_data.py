@@ -52,6 +52,7 @@ from .submit import (
     function_key,
     learn_calibration,
     plan_job,
+    safe_code,
 )
 from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
 from .worker import encode_share, hold_share
@@ -546,7 +547,7 @@ async def _encode(
                 code, code_options = chosen.chosen.code, dict(codes)[chosen.chosen.code]
                 n_coded, placement, auto = chosen.chosen.N, chosen.workers, chosen.as_dict()
         if code == AUTO:
-            code = str(config.get("code"))
+            code = safe_code()
     coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
     if placement is None:
         placement = choose_workers(

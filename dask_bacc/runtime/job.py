@@ -45,7 +45,7 @@ from ..codes.transform import Transform
 from ..collections import Blocks
 from ..diagnostics.monitor import JobMonitor, prune_spans
 from ..exceptions import ApproximationWarning, InsufficientResults, InvalidInput
-from . import _dist, keys
+from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .handle import JobHandle, describe
@@ -167,6 +167,7 @@ def _job_done(
     workers: list[str],
     keys: list[Key],
     everywhere: bool = True,
+    view: tuple[list[str], int, int, int | None] | None = None,
     dask_scheduler: Scheduler | None = None,
 ) -> dict[str, Any]:
     """On the scheduler: tell ``workers`` that job ``token`` is over (their evals not yet
@@ -174,6 +175,11 @@ def _job_done(
     ``keys`` are being processed by a worker (stragglers still running), "cpu": the
     thread-seconds of each coded task so far, from the diagnostics plugin (None without
     it)}``.
+
+    With ``view = (workers, draws, seed, version)`` (a client that plans auto jobs), the
+    answer also carries ``"view"``: :func:`dask_bacc.diagnostics.model_view` of those
+    workers, unless the model has learned nothing since ``version`` (then it is left
+    out: the client's view is current).
 
     Unless the plugin is known to be ``everywhere``, only workers whose heartbeat says it
     is set up are told: a stream message with an op the worker has no handler for would
@@ -203,7 +209,13 @@ def _job_done(
     )
     plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
     cpu_of = getattr(plugin, "cpu_of", None)
-    return {"running": running, "cpu": None if cpu_of is None else cpu_of(token, now())}
+    answer = {"running": running, "cpu": None if cpu_of is None else cpu_of(token, now())}
+    if view is not None:
+        model = getattr(plugin, "model", None)
+        which, size, seed, version = view
+        if model is None or model.jobs != version:
+            answer["view"] = diagnostics.model_view(which, size, seed, dask_scheduler)
+    return answer
 
 
 def _model_quantiles(
@@ -1056,14 +1068,22 @@ class CodedJob(JobHandle):
         try:
             workers = sorted(set(self.workers.values()))
             keys_ = [f.key for f in stragglers.values()]
+            want = auto_cache.views.wanted(client)  # the view auto mode plans from
+            view = None
+            if want is not None:
+                seed = int(np.random.default_rng().integers(2**31))
+                version = auto_cache.views.version(client)
+                view = (want, int(config.get("auto.draws")), seed, version)
             answer = await asyncio.wait_for(
                 _dist.run_on_scheduler(
-                    client, _job_done, self.token, workers, keys_, plugin_everywhere(client)
+                    client, _job_done, self.token, workers, keys_, plugin_everywhere(client), view
                 ),
                 timeout=5,
             )
             running = set(answer["running"])
             self._fill_cpu(answer.get("cpu"))
+            if want is not None and "view" in answer:
+                auto_cache.views.put(client, want, answer["view"])
         except Exception:  # best effort: without the answer every straggler is cancelled
             pass
         cancel = cancel + [f for f in stragglers.values() if f.key not in running]

@@ -19,7 +19,7 @@ from ..codes.transform import Transform, TransformSpec, get_transform
 from ..collections import Blocks, adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
 from ..collections.layer import Layer, is_dask_frame, partitions_layer
-from . import _dist
+from . import _dist, auto_cache
 from ._dist import default_client
 from .auto import AUTO, AUTO_CODES, Calibration, ModelView, NoSetting, Plan, is_auto, plan
 from .job import CodedJob
@@ -177,6 +177,15 @@ _exact_only: set[str] = set()
 EXACT_AUTO_CODES: tuple[str, ...] = ("repetition", "uncoded")
 
 
+def safe_code() -> str:
+    """The code ``code="auto"`` runs while the straggler model learns
+    (``bacc.auto.safe-code``; never "auto" itself)."""
+    name = str(config.get("auto.safe-code"))
+    if is_auto(name):
+        raise ValueError("bacc.auto.safe-code must name a code, not 'auto'")
+    return name
+
+
 def _wants_auto(code: object, n_coded: object, wait: object) -> bool:
     return any(is_auto(x) for x in (code, n_coded, wait))
 
@@ -217,32 +226,33 @@ async def auto_view(
     client: Client, workers: Mapping[str, Mapping[str, Any]]
 ) -> tuple[ModelView | None, str]:
     """What the scheduler's straggler model predicts of ``workers`` (least busy first,
-    hosts interleaved), or None and why the defaults must run instead."""
+    hosts interleaved), or None and why the defaults must run instead.
+
+    From the client's cached view when it covers the same workers (refreshed by every
+    coded job's clean-up round trip: :mod:`.auto_cache`); asked of the scheduler
+    otherwise.
+    """
     order = choose_workers(workers, len(workers), spread_hosts=bool(config.get("spread-hosts")))
-    seed = int(np.random.default_rng().integers(2**31))
-    raw = await _dist.run_on_scheduler(
-        client, diagnostics.model_view, order, int(config.get("auto.draws")), seed
-    )
-    if raw is None:
-        return None, (
-            "no straggler model on the scheduler yet (the plugin starts with the first "
-            "coded job) or it is off (bacc.diagnostics.enabled, "
-            "bacc.diagnostics.model.enabled): the defaults"
+    view = auto_cache.views.get(client, order)
+    if view is None:
+        seed = int(np.random.default_rng().integers(2**31))
+        raw = await _dist.run_on_scheduler(
+            client, diagnostics.model_view, order, int(config.get("auto.draws")), seed
         )
+        auto_cache.views.put(client, order, raw)
+        if raw is None:
+            return None, (
+                "no straggler model on the scheduler yet (the plugin starts with the first "
+                "coded job) or it is off (bacc.diagnostics.enabled, "
+                "bacc.diagnostics.model.enabled): the defaults"
+            )
+        view = auto_cache.as_view(raw, order, order)
     min_jobs = int(config.get("auto.min-jobs"))
-    if raw["jobs"] < min_jobs:
+    if view.jobs < min_jobs:
         return None, (
-            f"the straggler model has learned from {raw['jobs']} jobs, fewer than "
+            f"the straggler model has learned from {view.jobs} jobs, fewer than "
             f"bacc.auto.min-jobs={min_jobs}: the defaults"
         )
-    view = ModelView(
-        workers=order,
-        draws=np.asarray(raw["draws"], dtype=float),
-        jobs=int(raw["jobs"]),
-        hosts=list(raw["hosts"]),
-        correlated=frozenset(raw["correlated"]),
-        late_factor=float(raw["late_factor"]),
-    )
     return view, ""
 
 
@@ -256,7 +266,9 @@ def plan_job(
     wait: Any = None,
     placement: list[str] | None = None,
 ) -> Plan:
-    """:func:`.auto.plan` with the settings of ``bacc.auto`` and the function's calibration."""
+    """:func:`.auto.plan` with the settings of ``bacc.auto``, the function's calibration
+    and its last choice (the incumbent); the plan of the same inputs is reused
+    (:data:`.auto_cache.plans`): a steady-state job with an unchanged model plans once."""
     fixed_wait = None
     if not (isinstance(wait, str) and wait == AUTO):
 
@@ -266,8 +278,39 @@ def plan_job(
             except ValueError:
                 return 0  # this N cannot take that wait: not weighed
 
-    max_n = max(K + 1, math.ceil(float(config.get("auto.max-redundancy")) * K - 1e-9))
-    return plan(
+    settings = {
+        name: float(config.get(f"auto.{name}"))
+        for name in (
+            "max-redundancy",
+            "tolerance",
+            "late-cost",
+            "cost-weight",
+            "exact-preference",
+            "confidence",
+            "hysteresis",
+        )
+    }
+    key: Hashable = (
+        func_name,
+        K,
+        tuple((name, repr(sorted(opts.items()))) for name, opts in codes),
+        n_coded,
+        repr(wait),
+        error,
+        None if placement is None else tuple(placement),
+    )
+    inputs: Hashable = (
+        view.jobs,
+        tuple(view.workers),
+        view.draws.shape,
+        _calibration.jobs(func_name),
+        tuple(sorted(settings.items())),
+    )
+    cached = auto_cache.plans.get(key, inputs)
+    if cached is not None:
+        return cached
+    max_n = max(K + 1, math.ceil(settings["max-redundancy"] * K - 1e-9))
+    chosen = plan(
         view,
         K,
         codes,
@@ -276,10 +319,18 @@ def plan_job(
         n_coded=n_coded,
         wait=fixed_wait,
         calibration=_calibration.scale(func_name),
-        tolerance=float(config.get("auto.tolerance")),
-        late_cost=float(config.get("auto.late-cost")),
+        tolerance=settings["tolerance"],
+        late_cost=settings["late-cost"],
         placement=placement,
+        cost_weight=settings["cost-weight"],
+        exact_preference=settings["exact-preference"],
+        sigma=_calibration.sigma(func_name),
+        confidence=settings["confidence"],
+        hysteresis=settings["hysteresis"],
+        incumbent=auto_cache.plans.incumbent(key),
     )
+    auto_cache.plans.put(key, inputs, chosen)
+    return chosen
 
 
 def learn_domain(job: CodedJob, key: str) -> None:
@@ -345,7 +396,7 @@ async def _auto_setup(
     if chosen is None:  # the defaults, and why
         name = code
         if code == AUTO:
-            name = EXACT_AUTO_CODES[0] if exact_only else str(config.get("code"))
+            name = EXACT_AUTO_CODES[0] if exact_only else safe_code()
         coder = _build_code(name, K, fixed_n, len(others or running), options)
         default = resolve_wait(None if free_wait else wait, coder)
         auto = {"chosen": None, "reason": why, **note}
