@@ -38,6 +38,7 @@ __all__ = [
     "ModelView",
     "NoSetting",
     "Option",
+    "Overheads",
     "Plan",
     "expected_latency",
     "order_workers",
@@ -99,7 +100,8 @@ class Option:
     in units of the job's median task; ``error`` the predicted relative error; ``cpu``
     the expected task time of the job (median tasks, summed over its tasks); ``score``
     what the planner minimises: ``time`` plus the cost weight times ``cpu`` over the
-    workers.
+    workers; ``overhead`` the code's learned fixed cost (median tasks), included in
+    ``time`` and ``p90``.
     """
 
     code: str
@@ -110,10 +112,11 @@ class Option:
     error: float
     cpu: float = math.nan
     score: float = math.nan
+    overhead: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("time", "p90", "error", "cpu", "score"):
+        for key in ("time", "p90", "error", "cpu", "score", "overhead"):
             out[key] = _round(out[key])
         return out
 
@@ -427,6 +430,51 @@ class Calibration:
         return predict
 
 
+class Overheads:
+    """What each code costs a function's job besides its tasks, learned on the client.
+
+    The planner's times are in units of the job's median task and see only when the wait
+    is met; a code's fixed costs (encoding on the cluster, sketches, the decode, moving
+    the data) are invisible to it, and on short tasks they decide. After every planned
+    job, the seconds it took beyond its predicted time (``time_to_decode - tau * time``,
+    ``tau`` the job's median task in seconds, measured by the scheduler plugin) are
+    averaged per function and code (exponentially, ``weight`` per job), and ``tau`` per
+    function; :meth:`units` gives them in median tasks for :func:`plan`. A code never
+    run for a function has none yet (it is tried on its predicted time alone, and what
+    it costs is then known). Bounded to ``size`` functions.
+    """
+
+    def __init__(self, weight: float = 0.3, size: int = 256):
+        self.weight = weight
+        self.size = size
+        # per function: (tau seconds, {code: overhead seconds}, jobs learned from)
+        self._of: OrderedDict[str, tuple[float, dict[str, float], int]] = OrderedDict()
+
+    def observe(self, func: str, code: str, seconds: float, predicted: float, tau: float) -> None:
+        """A job of ``code`` took ``seconds`` to decode; its plan predicted ``predicted``
+        median tasks, and its median task took ``tau`` seconds."""
+        if not (tau > 0 and math.isfinite(seconds) and math.isfinite(predicted)):
+            return
+        old_tau, codes, n = self._of.pop(func, (tau, {}, 0))
+        w = self.weight
+        tau = (1 - w) * old_tau + w * tau
+        extra = max(seconds - tau * predicted, 0.0)
+        codes = dict(codes)
+        codes[code] = extra if code not in codes else (1 - w) * codes[code] + w * extra
+        self._of[func] = (tau, codes, n + 1)
+        while len(self._of) > self.size:
+            self._of.popitem(last=False)
+
+    def units(self, func: str) -> dict[str, float]:
+        """Each code's learned overhead, in the function's median tasks."""
+        tau, codes, _ = self._of.get(func, (1.0, {}, 0))
+        return {code: extra / tau for code, extra in codes.items()}
+
+    def jobs(self, func: str) -> int:
+        """Planned jobs of ``func`` learned from."""
+        return self._of.get(func, (1.0, {}, 0))[2]
+
+
 def plan(
     view: ModelView,
     K: int,
@@ -446,6 +494,7 @@ def plan(
     confidence: float = 0.5,
     hysteresis: float = 0.0,
     incumbent: tuple[str, int, int] | None = None,
+    overhead: dict[str, float] | None = None,
 ) -> Plan:
     """Choose the code, N, the wait and the workers of a job.
 
@@ -505,6 +554,9 @@ def plan(
     incumbent : (code, N, k), optional
         Last job's choice for the same function and settings (None: a first plan, the
         predicted error alone decides).
+    overhead : dict of str to float, optional
+        Per code, what a job of it costs besides waiting for its tasks, in median tasks
+        (:meth:`Overheads.units`): added to its predicted times.
 
     Returns
     -------
@@ -547,6 +599,8 @@ def plan(
             if not ks:
                 continue
             mean, p90, cpu = times.of(code, cols, ks)
+            fixed = (overhead or {}).get(name, 0.0)
+            mean, p90 = mean + fixed, p90 + fixed
             extra = cost_weight * cpu / W
             group = [
                 Option(

@@ -305,6 +305,8 @@ class CodedJob(JobHandle):
         self.timeout = timeout
         self.combine = combine
         self.token = uuid.uuid4().hex
+        #: seconds each coded task ran (the scheduler plugin's, from the clean-up round trip)
+        self.task_seconds: dict[int, float] = {}
         self.report = JobReport(
             token=self.token,
             func=getattr(func, "__name__", type(func).__name__),
@@ -718,6 +720,7 @@ class CodedJob(JobHandle):
             return
         rep = self.report
         per_task = {int(i): float(v) for i, v in cpu.items()}
+        self.task_seconds = per_task
         uncoded = rep.uncoded_tasks if self._plain is not None and rep.uncoded_tasks else None
         rep.total_cpu, rep.redundant_cpu = cpu_split(per_task, self.code.K, rep.N, uncoded)
 

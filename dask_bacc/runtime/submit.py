@@ -21,7 +21,17 @@ from ..collections.base import COMBINE_CHOICES
 from ..collections.layer import Layer, is_dask_frame, partitions_layer
 from . import _dist, auto_cache
 from ._dist import default_client
-from .auto import AUTO, AUTO_CODES, Calibration, ModelView, NoSetting, Plan, is_auto, plan
+from .auto import (
+    AUTO,
+    AUTO_CODES,
+    Calibration,
+    ModelView,
+    NoSetting,
+    Overheads,
+    Plan,
+    is_auto,
+    plan,
+)
 from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
@@ -170,6 +180,8 @@ logger = logging.getLogger(__name__)
 
 #: how the jobs' error estimates compare with the accuracy model, per function
 _calibration = Calibration()
+#: what each code costs a function's job besides its tasks
+_overheads = Overheads()
 #: functions seen failing on coded shares (not defined on mixed blocks): code="auto"
 #: weighs only exact codes for them
 _exact_only: set[str] = set()
@@ -304,6 +316,7 @@ def plan_job(
         tuple(view.workers),
         view.draws.shape,
         _calibration.jobs(func_name),
+        _overheads.jobs(func_name),
         tuple(sorted(settings.items())),
     )
     cached = auto_cache.plans.get(key, inputs)
@@ -328,6 +341,7 @@ def plan_job(
         confidence=settings["confidence"],
         hysteresis=settings["hysteresis"],
         incumbent=auto_cache.plans.incumbent(key),
+        overhead=_overheads.units(func_name),
     )
     auto_cache.plans.put(key, inputs, chosen)
     return chosen
@@ -338,6 +352,20 @@ def learn_domain(job: CodedJob, key: str) -> None:
     callback; code="auto" then weighs exact codes only for it)."""
     if job.domain_failure:
         _exact_only.add(key)
+
+
+def learn_overhead(job: CodedJob, key: str) -> None:
+    """After a planned job: what its code cost beyond its predicted time (a done
+    callback; :class:`.auto.Overheads`)."""
+    rep = job.report
+    chosen = (rep.auto or {}).get("chosen")
+    seconds = job.task_seconds
+    if rep.status != "finished" or not chosen or rep.time_to_decode is None or not seconds:
+        return
+    done = [seconds[i] for i in rep.returned if i in seconds] or list(seconds.values())
+    predicted = float(chosen["time"]) - float(chosen.get("overhead") or 0.0)
+    tau = float(np.median(done))
+    _overheads.observe(key, str(chosen["code"]), rep.time_to_decode, predicted, tau)
 
 
 def learn_calibration(job: CodedJob, key: str) -> None:
@@ -519,6 +547,7 @@ async def _submit(
         job._task.add_done_callback(lambda _: learn_domain(job, key))
         if job.report.auto is not None:
             job._task.add_done_callback(lambda _: learn_calibration(job, key))
+            job._task.add_done_callback(lambda _: learn_overhead(job, key))
     return job
 
 
