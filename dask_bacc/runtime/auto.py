@@ -612,6 +612,7 @@ def plan(
                     math.nan,
                     cpu,
                     float(mean[j] + extra),
+                    fixed,
                 )
                 for j, kk in enumerate(ks)
             ]
