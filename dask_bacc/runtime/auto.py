@@ -20,7 +20,7 @@ import functools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
@@ -219,6 +219,7 @@ def index_order(code: Code) -> list[int]:
     return list(_index_order(code.name, code.K, code.N, _systematic(code)))
 
 
+@functools.lru_cache(maxsize=8192)
 def _systematic(code: Code) -> tuple[int, ...]:
     systematic = getattr(code, "systematic_workers", None)
     return () if systematic is None else tuple(int(i) for i in systematic)
@@ -261,27 +262,29 @@ def _build(name: str, K: int, N: int, options: dict[str, Any]) -> Code | None:
         return None
 
 
-def _stats(T: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Per column of ``T`` (draws x settings): the mean and the 90th percentile (linear, as
-    ``numpy.quantile``), from one sort."""
-    S = T.shape[0]
-    ordered = np.sort(T, axis=0)
-    pos = 0.9 * (S - 1)
-    lo = int(pos)
-    hi = min(lo + 1, S - 1)
-    p90 = ordered[lo] + (pos - lo) * (ordered[hi] - ordered[lo])
-    return T.mean(axis=0), p90
+@functools.lru_cache(maxsize=4096)
+def _layout(
+    name: str, K: int, N: int, systematic: tuple[int, ...]
+) -> tuple[NDArray[np.intp], tuple[int, ...]]:
+    """Where a code's tasks go among N workers ranked fastest first: the rank of each coded
+    index (:func:`index_order`), and the ranks of its systematic tasks."""
+    cols = np.empty(N, dtype=np.intp)
+    cols[list(_index_order(name, K, N, systematic))] = np.arange(N)
+    cols.setflags(write=False)
+    return cols, tuple(sorted(int(cols[i]) for i in systematic))
 
 
 class _Times:
     """When each setting's wait is met, per draw, for one ordering of the workers: shared by
     the codes whose times coincide (every approximate code of an N waits for the k-th of
-    the same N draws; the systematic ones also for the same K systematic workers)."""
+    the N draws of its workers; the systematic ones also for the same systematic tasks)."""
 
     def __init__(self, D: NDArray[np.float64]):
         self.D = D
         self._sorted: dict[int, NDArray[np.float64]] = {}
-        self._memo: dict[tuple[Any, ...], tuple[NDArray[Any], NDArray[Any], float]] = {}
+        self._memo: dict[
+            tuple[Any, ...], tuple[NDArray[np.float64], NDArray[np.float64], float]
+        ] = {}
 
     def _order_stats(self, N: int) -> NDArray[np.float64]:
         if N not in self._sorted:
@@ -289,41 +292,102 @@ class _Times:
         return self._sorted[N]
 
     def of(
-        self, code: Code, cols: NDArray[np.intp], ks: tuple[int, ...]
+        self,
+        copies: bool,
+        K: int,
+        cols: NDArray[np.intp],
+        sys_cols: tuple[int, ...],
+        k0: int,
+        k1: int,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-        """Mean and p90 of the time to answer for each k of ``ks``, and the expected task
-        time of the job (every task runs to its end: a straggler's thread cannot be
-        stopped), for ``code`` with coded index i on column ``cols[i]``."""
-        N = code.N
-        exact = isinstance(code, (RepetitionCode, Uncoded))
-        systematic = _systematic(code)
-        prefix = bool(np.array_equal(np.sort(cols), np.arange(N)))
-        if exact:
-            key: tuple[Any, ...] = ("copies", code.K, tuple(cols.tolist()))
-        else:
-            sys_cols = tuple(sorted(int(cols[i]) for i in systematic))
-            key = ("order", N, sys_cols, ks, prefix or tuple(cols.tolist()))
+        """``(T, mean, cpu)``: per draw (rows) and k in ``k0..k1`` (columns) the time to
+        answer, its mean over draws, and the expected task time of the job (every task
+        runs to its end: a straggler's thread cannot be stopped), for the N tasks whose
+        coded index i runs on the worker ranked ``cols[i]`` (``cols``: a permutation of
+        ``0..N-1``); ``copies``: the tasks are copies of the K blocks (repetition,
+        uncoded: done when every block has one), else done at the k-th result (or when
+        every systematic task is in)."""
+        N = len(cols)
+        key: tuple[Any, ...] = (copies, N, sys_cols, k0, k1)
+        if copies:
+            key += (cols.tobytes(),)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        L = self.D[:, cols]
-        if exact:
-            K = code.K
-            copies = -(-N // K)
-            padded = np.full((L.shape[0], copies * K), np.inf)
-            padded[:, :N] = L  # coded index i = c K + j is a copy of block j
-            t = padded.reshape(L.shape[0], copies, K).min(axis=1).max(axis=1)
-            T = np.repeat(t[:, None], len(ks), axis=1)
+        if copies:  # repetition: coded index i = c K + j is a copy of block j
+            L = self.D[:, cols]
+            c = -(-N // K)
+            padded = np.full((L.shape[0], c * K), np.inf)
+            padded[:, :N] = L
+            T = padded.reshape(L.shape[0], c, K).min(axis=1).max(axis=1)[:, None]
         else:
-            ordered = self._order_stats(N) if prefix else np.sort(L, axis=1)
-            T = ordered[:, [k - 1 for k in ks]]
-            if systematic:
-                done = self.D[:, list(sys_cols)].max(axis=1)
-                T = np.minimum(T, done[:, None])
-        mean, p90 = _stats(T)
-        out = (mean, p90, float(L.sum(axis=1).mean()))
+            T = self._order_stats(N)[:, k0 - 1 : k1]
+            if sys_cols:
+                T = np.minimum(T, self.D[:, list(sys_cols)].max(axis=1)[:, None])
+        cpu = float(self.D[:, :N].sum(axis=1).mean())  # cols: a permutation of 0..N-1
+        out = (T, T.mean(axis=0), cpu)
         self._memo[key] = out
         return out
+
+
+def _stored_row(
+    name: str, K: int, N: int, options: dict[str, Any], k0: int, k1: int
+) -> NDArray[np.float64] | None:
+    """The stored model's errors of a code for k in ``k0..k1`` (None: not stored)."""
+    key = _frozen(options)
+    if key is None:
+        code = _build(name, K, N, options)
+        return None if code is None else stored_errors(code, range(k0, k1 + 1))
+    return _stored_row_of(name, K, N, key, k0, k1)
+
+
+@functools.lru_cache(maxsize=8192)
+def _stored_row_of(
+    name: str, K: int, N: int, options: tuple[tuple[str, Any], ...], k0: int, k1: int
+) -> NDArray[np.float64] | None:
+    code = _code(name, K, N, options)
+    row = None if code is None else stored_errors(code, range(k0, k1 + 1))
+    if row is not None:
+        row.setflags(write=False)
+    return row
+
+
+def _p90(t: NDArray[np.float64]) -> float:
+    """The 90th percentile of the draws ``t`` (linear, as ``numpy.quantile``)."""
+    S = t.shape[0]
+    pos = 0.9 * (S - 1)
+    lo = int(pos)
+    part = np.partition(t, (lo, min(lo + 1, S - 1)))
+    return float(part[lo] + (pos - lo) * (part[min(lo + 1, S - 1)] - part[lo]))
+
+
+@dataclass
+class _Group:
+    """The settings of one code and N: k in ``k0..k1`` (one k for exact codes)."""
+
+    name: str
+    code: Code
+    k0: int
+    k1: int
+    T: NDArray[np.float64]
+    mean: NDArray[np.float64]
+    score: NDArray[np.float64]
+    cpu: float
+    fixed: float
+    errors: NDArray[np.float64] | None = None  # stored model's, calibrated (None: lazily)
+
+    def option(self, j: int, error: float = math.nan) -> Option:
+        return Option(
+            self.name,
+            self.code.N,
+            self.k0 + j,
+            float(self.mean[j]),
+            _p90(self.T[:, j]) + self.fixed,
+            error,
+            self.cpu,
+            float(self.score[j]),
+            self.fixed,
+        )
 
 
 class Calibration:
@@ -577,46 +641,35 @@ def plan(
     W = len(order)
     times = _Times(_costed(view, late_cost)[:, order])
     opts_of = dict(codes)
-    # every setting weighed, by group (a code and N): its code, ks and options
-    groups: list[tuple[Code, tuple[int, ...], list[Option]]] = []
+    groups: list[_Group] = []
     for name, opts in codes:
         for N in _n_range(name, K, n_coded, min(max_n, W), W):
             code = _build(name, K, N, opts)
             if code is None:
                 continue  # too few tasks for this code (Lagrange's threshold)
+            systematic = _systematic(code)
             if placement is not None:
                 cols = np.arange(N)  # coded index i runs on placement[i]
+                sys_cols = tuple(sorted(systematic))
             else:
-                cols = np.empty(N, dtype=np.intp)
-                cols[list(_index_order(name, K, N, _systematic(code)))] = np.arange(N)
+                cols, sys_cols = _layout(name, K, N, systematic)
             if wait is not None:
-                kk = wait(code)
-                ks: tuple[int, ...] = (kk,) if code.min_results <= kk <= N else ()
+                k0 = k1 = wait(code)
+                if not code.min_results <= k0 <= N:
+                    continue
             elif code.exact:
-                ks = (min(N, code.min_results + code.check_spare),)
+                k0 = k1 = min(N, code.min_results + code.check_spare)
             else:
-                ks = tuple(range(max(code.min_results, (K + 1) // 2), N + 1))
-            if not ks:
+                k0, k1 = max(code.min_results, (K + 1) // 2), N
+            if k0 > k1:
                 continue
-            mean, p90, cpu = times.of(code, cols, ks)
+            copies = isinstance(code, (RepetitionCode, Uncoded))
+            T, mean, cpu = times.of(copies, K, cols, sys_cols, k0, k1)
             fixed = (overhead or {}).get(name, 0.0)
-            mean, p90 = mean + fixed, p90 + fixed
-            extra = cost_weight * cpu / W
-            group = [
-                Option(
-                    name,
-                    N,
-                    kk,
-                    float(mean[j]),
-                    float(p90[j]),
-                    math.nan,
-                    cpu,
-                    float(mean[j] + extra),
-                    fixed,
-                )
-                for j, kk in enumerate(ks)
-            ]
-            groups.append((code, ks, group))
+            mean = mean + fixed
+            groups.append(
+                _Group(name, code, k0, k1, T, mean, mean + cost_weight * cpu / W, cpu, fixed)
+            )
     if not groups:
         raise NoSetting(
             f"no setting to weigh: K={K}, {W} workers, at most {max_n} tasks, "
@@ -627,41 +680,34 @@ def plan(
     inc = None if incumbent is None else tuple(incumbent)
     # a setting other than the last job's needs a margin (none for a first plan)
     limit = error if inc is None else error / max(math.exp(z * sigma), 1.0 + hysteresis)
-    errors: dict[int, dict[int, float]] = {}  # per group, per position: the error
-    stored: dict[int, NDArray[np.float64] | None] = {}
-
-    def row_of(g: int) -> NDArray[np.float64] | None:
-        """Group g's predicted errors from the stored model, in one slice (None: not
-        stored, computed one by one)."""
-        if g not in stored:
-            row = stored_errors(groups[g][0], groups[g][1])
-            stored[g] = None if row is None else np.asarray(scale(row), dtype=float)
-        return stored[g]
+    computed: dict[tuple[int, int], float] = {}  # errors computed one by one
 
     def err(g: int, j: int) -> float:
-        """The predicted error of option j of group g (computed once)."""
-        code, ks, _ = groups[g]
-        if code.exact:
+        """The predicted error of option j of group g: from the stored model, in one
+        slice per group, or computed once."""
+        grp = groups[g]
+        if grp.code.exact:
             return 0.0
-        row = row_of(g)
-        if row is not None:
-            return float(row[j])
-        cache = errors.setdefault(g, {})
-        if j not in cache:
-            cache[j] = float(scale(expected_error(code, ks[j])))
-        return cache[j]
+        if grp.errors is None:
+            row = _stored_row(grp.name, K, grp.code.N, opts_of[grp.name], grp.k0, grp.k1)
+            grp.errors = np.empty(0) if row is None else np.asarray(scale(row), dtype=float)
+        if grp.errors.size:
+            return float(grp.errors[j])
+        if (g, j) not in computed:
+            computed[(g, j)] = float(scale(expected_error(grp.code, grp.k0 + j)))
+        return computed[(g, j)]
 
     def first_within(g: int) -> int | None:
         """The first option of group g within a newcomer's budget: the error falls as k
         grows (bisection where it is computed one by one)."""
-        code, ks, _ = groups[g]
-        if code.exact:
+        grp = groups[g]
+        if grp.code.exact:
             return 0
-        row = row_of(g)
-        if row is not None:
-            hits = np.flatnonzero(row <= limit)
+        err(g, 0)
+        if grp.errors is not None and grp.errors.size:
+            hits = np.flatnonzero(grp.errors <= limit)
             return int(hits[0]) if hits.size else None
-        lo, hi, found = 0, len(ks) - 1, None
+        lo, hi, found = 0, grp.k1 - grp.k0, None
         while lo <= hi:
             mid = (lo + hi) // 2
             if err(g, mid) <= limit:
@@ -671,35 +717,35 @@ def plan(
         return found
 
     def with_error(g: int, j: int) -> Option:
-        return replace(groups[g][2][j], error=err(g, j))
+        return groups[g].option(j, err(g, j))
 
     # groups by their best score: a group whose best cannot come near is never priced
-    by_score = sorted(range(len(groups)), key=lambda g: groups[g][2][0].score)
+    by_score = sorted(range(len(groups)), key=lambda g: float(groups[g].score[0]))
     slack = max(tolerance, exact_preference)
     best: float | None = None
     candidates: list[tuple[int, int]] = []  # (group, first position within)
     kept: Option | None = None
     for g in by_score:
-        group = groups[g][2]
-        if best is not None and group[0].score > best * (1 + slack):
+        grp = groups[g]
+        if best is not None and grp.score[0] > best * (1 + slack):
             break
-        if inc is not None and (group[0].code, group[0].N) == inc[:2]:
-            j = next((j for j, o in enumerate(group) if o.k == inc[2]), None)
-            if j is not None and err(g, j) <= error:  # the incumbent keeps the full budget
+        if inc is not None and (grp.name, grp.code.N) == inc[:2] and grp.k0 <= inc[2] <= grp.k1:
+            j = int(inc[2]) - grp.k0
+            if err(g, j) <= error:  # the incumbent keeps the full budget
                 kept = with_error(g, j)
                 best = kept.score if best is None else min(best, kept.score)
         f = first_within(g)
         if f is not None:
             candidates.append((g, f))
-            best = group[f].score if best is None else min(best, group[f].score)
+            best = float(grp.score[f]) if best is None else min(best, float(grp.score[f]))
     if best is not None:
-        # the settings within the slack of the best, their errors, positions in score order
+        # the settings within the slack of the best, with their errors
+        bound = best * (1 + slack)
         near = [
             with_error(g, j)
             for g, f in candidates
-            for j in range(f, len(groups[g][2]))
-            if groups[g][2][j].score <= best * (1 + slack)
-            and (groups[g][0].exact or err(g, j) <= limit)
+            for j in range(f, int(np.searchsorted(groups[g].score, bound, side="right")))
+            if groups[g].code.exact or err(g, j) <= limit
         ]
         if kept is not None:
             near.append(kept)
@@ -726,11 +772,12 @@ def plan(
                 else ""
             )
         # for the report: the best option within of each group priced, else its fastest
+        priced = {g for g, _ in candidates}
         seen = [with_error(g, f) for g, f in candidates]
-        seen += [with_error(g, 0) for g in by_score[:8] if g not in {c for c, _ in candidates}]
+        seen += [with_error(g, 0) for g in by_score[:8] if g not in priced]
     else:
         # nothing within: the most accurate setting of each code and N
-        seen = [with_error(g, len(group) - 1) for g, (_, _, group) in enumerate(groups)]
+        seen = [with_error(g, grp.k1 - grp.k0) for g, grp in enumerate(groups)]
         chosen = min(seen, key=lambda o: (o.error, o.score))
         reason = f"no setting is predicted within error <= {error:g}: the most accurate one"
     code = _build(chosen.code, K, chosen.N, opts_of[chosen.code])
@@ -763,9 +810,16 @@ def plan(
     )
 
 
-def _n_range(name: str, K: int, n_coded: int | None, cap: int, workers: int) -> range:
+def _n_range(name: str, K: int, n_coded: int | None, cap: int, workers: int) -> list[int]:
+    """The N to weigh: every one up to K + 8, then a grid of steps of ceil(K / 8) up to
+    the cap (the time changes smoothly with N; planning stays a few ms at K = 32)."""
     if n_coded is not None:
-        return range(n_coded, n_coded + 1) if n_coded <= workers else range(0)
+        return [n_coded] if n_coded <= workers else []
     if name == "uncoded":
-        return range(K, K + 1) if K <= cap else range(0)
-    return range(K + 1, cap + 1)
+        return [K] if K <= cap else []
+    dense = list(range(K + 1, min(cap, K + 8) + 1))
+    step = -(-K // 8)
+    coarse = list(range(K + 8 + step, cap + 1, step))
+    if cap > K + 8 and (not coarse or coarse[-1] != cap):
+        coarse.append(cap)
+    return dense + coarse
