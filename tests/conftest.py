@@ -25,3 +25,16 @@ def _bacc_defaults():
     """distributed.utils_test resets dask.config; put the bacc: defaults back."""
     dask_bacc.config.load_defaults()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_auto_state(monkeypatch):
+    """Auto mode's client side lives in the process (the calibration, the learned
+    overheads, the cached plans and views): each test starts with none."""
+    from dask_bacc.runtime import auto_cache, submit
+    from dask_bacc.runtime.auto import Calibration, Overheads
+
+    monkeypatch.setattr(submit, "_calibration", Calibration())
+    monkeypatch.setattr(submit, "_overheads", Overheads())
+    monkeypatch.setattr(auto_cache, "plans", auto_cache.PlanCache())
+    monkeypatch.setattr(auto_cache, "views", auto_cache.ViewCache())

@@ -25,15 +25,6 @@ SPLINE = [("systematic-spline", {})]
 ALL = [(c, {}) for c in AUTO_CODES]
 
 
-@pytest.fixture(autouse=True)
-def fresh_state(monkeypatch):
-    """The client side of auto mode lives in the process: each test starts empty."""
-    monkeypatch.setattr(submit, "_calibration", Calibration())
-    monkeypatch.setattr(submit, "_overheads", Overheads())
-    monkeypatch.setattr(auto_cache, "plans", auto_cache.PlanCache())
-    monkeypatch.setattr(auto_cache, "views", auto_cache.ViewCache())
-
-
 def draws(p: float, W: int = 32, size: int = 256, seed: int = 0, late: float = 10.0):
     rng = np.random.default_rng(seed)
     D = rng.lognormal(0.0, 0.05, (size, W))
