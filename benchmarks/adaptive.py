@@ -130,13 +130,27 @@ def wait_idle(client: Client, timeout: float = 15.0) -> float:
     return time.perf_counter() - t0
 
 
+#: fixed strategies besides the systematic spline's (N, k) grid: repetition's N, uncoded
+FIXED_EXACT = ("uncoded", "rep-N10", "rep-N12", "rep-N14", "rep-N16")
+
+
 def variant_kwargs(variant: str, budget: float) -> dict[str, Any]:
+    """``auto``: the code, N and wait chosen; ``auto-spline``: N and wait chosen for the
+    systematic spline; ``default``: no options (repetition, N = 2K); ``uncoded``;
+    ``rep-N<n>``: repetition with n tasks; ``N<n>-k<k>``: the systematic spline, n tasks,
+    first k results."""
     if variant == "auto":
-        return {"n_coded": "auto", "wait": "auto", "error": budget}
+        return {"code": "auto", "n_coded": "auto", "wait": "auto", "error": budget}
+    if variant == "auto-spline":
+        return {"code": "systematic-spline", "n_coded": "auto", "wait": "auto", "error": budget}
     if variant == "default":
         return {}
+    if variant == "uncoded":
+        return {"code": "uncoded"}
+    if variant.startswith("rep-N"):
+        return {"code": "repetition", "n_coded": int(variant[5:])}
     n, k = variant[1:].split("-k")
-    return {"n_coded": int(n), "wait": int(k)}
+    return {"code": "systematic-spline", "n_coded": int(n), "wait": int(k)}
 
 
 def grid_variants(quick: bool) -> list[str]:
@@ -234,7 +248,7 @@ def cluster() -> LocalCluster:
 def run_regime(
     regime: str, args: argparse.Namespace, data: tuple[Any, ...], log: Any
 ) -> dict[str, Any]:
-    variants = ["auto", "default", *grid_variants(args.quick)]
+    variants = ["auto", "auto-spline", "default", *FIXED_EXACT, *grid_variants(args.quick)]
     records: list[dict[str, Any]] = []
     out: dict[str, Any] = {"regime": regime, "variants": variants}
     seed = args.seed + REGIMES.index(regime)
@@ -354,9 +368,10 @@ def summarize(regime: dict[str, Any], budget: float) -> dict[str, Any]:
             # submit to result minus the job's own clock (which starts after auto's planning)
             "setup_ms": 1000 * quantile([x["seconds"] - x["time_to_decode"] for x in rs], 0.5),
         }
-        if v == "auto":
+        if v.startswith("auto"):
             nk = collections.Counter((x["N"], x["wait_target"]) for x in rs)
             row["chosen"] = [[n, k, c] for (n, k), c in nk.most_common()]
+            row["codes"] = dict(collections.Counter(str(x["chosen_code"]) for x in rs))
             row["defaults_ran"] = sum(x["chosen_N"] is None for x in rs)
             planned = [x for x in rs if x["chosen_N"] is not None]
             if planned:
@@ -369,7 +384,8 @@ def summarize(regime: dict[str, Any], budget: float) -> dict[str, Any]:
         for v in grid
         if (ref := reference_error(rows[v]["N"], rows[v]["k"])) > 0 and rows[v]["mean_error"] > 0
     ]
-    feasible = [v for v in grid if rows[v]["mean_error"] <= budget]
+    fixed = [v for v in rows if not v.startswith("auto")]  # every fixed strategy run
+    feasible = [v for v in fixed if rows[v]["mean_error"] <= budget]
     s: dict[str, Any] = {"rows": rows, "feasible": feasible}
     if ratios:  # what a calibration factor should be for this f and data, from the grid
         s["grid_error_over_reference"] = float(np.exp(np.mean(np.log(ratios))))
@@ -417,7 +433,7 @@ def table(regime: dict[str, Any], s: dict[str, Any], top: int = 5) -> list[str]:
             f"| {fmt_nk(r)} |"
         )
 
-    for v in ("auto", "default"):
+    for v in ("auto", "auto-spline", "default"):
         if v in rows:
             lines.append(line(f"**{v}**", v))
     if "oracle_p50" in s:
