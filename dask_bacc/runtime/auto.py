@@ -749,17 +749,21 @@ def plan(
         ]
         if kept is not None:
             near.append(kept)
-        lead = min(near, key=lambda o: o.score)
         exact = [o for o in near if o.error == 0.0 and o.score <= best * (1 + exact_preference)]
         equal = [o for o in near if o.score <= best * (1 + tolerance)]
         if kept is not None and kept.score <= best * (1 + tolerance):
             chosen = kept
             reason = "the last job's setting, still within the budget and as good as any"
-        elif exact and lead.error > 0.0:
-            chosen = min(exact, key=lambda o: o.score)
+        elif exact:
+            top = min(o.score for o in exact)
+            chosen = min(
+                (o for o in exact if o.score <= top * (1 + tolerance)),
+                key=lambda o: (o.N, o.score),
+            )
             reason = (
                 f"an exact setting within {exact_preference:.0%} of the best score "
-                f"(error <= {error:g})"
+                f"(error <= {error:g}); the fewest tasks among those within "
+                f"{tolerance:.0%} of it"
             )
         else:
             chosen = min(equal, key=lambda o: (o.N, o.error, o.score))
