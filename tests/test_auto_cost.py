@@ -303,3 +303,9 @@ async def test_a_steady_state_auto_job_makes_no_extra_round_trip(c, s, *workers)
     assert "model_view" not in auto_calls, auto_calls
     assert sum(auto_calls.values()) == sum(fixed_calls.values()), (auto_calls, fixed_calls)
     assert auto_cache.views.wanted(c) is not None  # refreshed by the clean-up round trip
+    # the planned jobs taught the client what their code costs beyond its tasks
+    key = submit.function_key(f)
+    assert submit._overheads.jobs(key) >= 2
+    assert set(submit._overheads.units(key)) >= {chosen["code"]}
+    assert all(v >= 0 for v in submit._overheads.units(key).values())
+    assert job.task_seconds and all(v > 0 for v in job.task_seconds.values())
