@@ -16,6 +16,7 @@ import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -164,7 +165,8 @@ def write_table(path: Path = TABLE, max_k: int = TABLE_K, processes: int = 1) ->
             rows = dict(pool.imap_unordered(_table_rows, jobs))
     else:
         rows = dict(map(_table_rows, jobs))
-    np.savez_compressed(path, **{key: rows[key] for key in sorted(rows)})
+    arrays: dict[str, Any] = {key: rows[key] for key in sorted(rows)}
+    np.savez_compressed(path, **arrays)
     _table.cache_clear()
     return path
 

@@ -479,7 +479,7 @@ class Calibration:
         n_eff = max(1.0, min(float(n), (2 - w) / w))
         return math.sqrt(share * self.prior_sigma**2 + (1 - share) * max(resid, 0.0) / n_eff)
 
-    def scale(self, func: str) -> Callable[[float], float]:
+    def scale(self, func: str) -> Callable[[Any], Any]:
         """The function's predicted error from the model's (0 stays 0)."""
         c, b = self.fit(func)
 
@@ -548,7 +548,7 @@ def plan(
     max_n: int,
     n_coded: int | None = None,
     wait: Callable[[Code], int] | None = None,
-    calibration: float | Callable[[float], float] = 1.0,
+    calibration: float | Callable[[Any], Any] = 1.0,
     tolerance: float = 0.05,
     late_cost: float = 4.0,
     placement: Sequence[str] | None = None,
@@ -677,7 +677,7 @@ def plan(
         )
     scale = calibration if callable(calibration) else (lambda e: e * float(calibration))
     z = NormalDist().inv_cdf(min(max(confidence, 1e-6), 1 - 1e-6))
-    inc = None if incumbent is None else tuple(incumbent)
+    inc = incumbent
     # a setting other than the last job's needs a margin (none for a first plan)
     limit = error if inc is None else error / max(math.exp(z * sigma), 1.0 + hysteresis)
     computed: dict[tuple[int, int], float] = {}  # errors computed one by one
@@ -730,7 +730,7 @@ def plan(
         if best is not None and grp.score[0] > best * (1 + slack):
             break
         if inc is not None and (grp.name, grp.code.N) == inc[:2] and grp.k0 <= inc[2] <= grp.k1:
-            j = int(inc[2]) - grp.k0
+            j = inc[2] - grp.k0
             if err(g, j) <= error:  # the incumbent keeps the full budget
                 kept = with_error(g, j)
                 best = kept.score if best is None else min(best, kept.score)
