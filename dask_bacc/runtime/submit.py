@@ -291,16 +291,13 @@ def plan_job(
                 return 0  # this N cannot take that wait: not weighed
 
     settings = {
-        name: float(config.get(f"auto.{name}"))
-        for name in (
-            "max-redundancy",
-            "tolerance",
-            "late-cost",
-            "cost-weight",
-            "exact-preference",
-            "confidence",
-            "hysteresis",
-        )
+        "max-redundancy": float(config.get("auto.max-redundancy")),
+        "tolerance": float(config.get("auto.tolerance")),
+        "late-cost": float(config.get("auto.late-cost")),
+        "cost-weight": float(config.get("auto.cost-weight")),
+        "exact-preference": float(config.get("auto.exact-preference")),
+        "confidence": float(config.get("auto.confidence")),
+        "hysteresis": float(config.get("auto.hysteresis")),
     }
     key: Hashable = (
         func_name,
