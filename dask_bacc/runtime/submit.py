@@ -351,18 +351,21 @@ def learn_domain(job: CodedJob, key: str) -> None:
         _exact_only.add(key)
 
 
-def learn_overhead(job: CodedJob, key: str) -> None:
-    """After a planned job: what its code cost beyond its predicted time (a done
-    callback; :class:`.auto.Overheads`)."""
+def learn_overhead(job: CodedJob, key: str, code: str | None) -> None:
+    """After a job of ``code`` (a registered name): what it cost besides its tasks (a done
+    callback; :class:`.auto.Overheads`): the median over its returned tasks of arrival
+    less run time, plus the decode after the wait was met."""
     rep = job.report
-    chosen = (rep.auto or {}).get("chosen")
     seconds = job.task_seconds
-    if rep.status != "finished" or not chosen or rep.time_to_decode is None or not seconds:
+    met = rep.target_met if rep.target_met is not None else rep.slowest_used
+    if code is None or rep.status != "finished" or rep.time_to_decode is None or met is None:
         return
-    done = [seconds[i] for i in rep.returned if i in seconds] or list(seconds.values())
-    predicted = float(chosen["time"]) - float(chosen.get("overhead") or 0.0)
-    tau = float(np.median(done))
-    _overheads.observe(key, str(chosen["code"]), rep.time_to_decode, predicted, tau)
+    ran = {i: seconds[i] for i in rep.returned if i in seconds and i in rep.arrival}
+    if not ran:
+        return
+    startup = float(np.median([rep.arrival[i] - t for i, t in ran.items()]))
+    extra = max(startup, 0.0) + max(rep.time_to_decode - met, 0.0)
+    _overheads.observe(key, code, extra, float(np.median(list(ran.values()))))
 
 
 def learn_calibration(job: CodedJob, key: str) -> None:
@@ -544,7 +547,16 @@ async def _submit(
         job._task.add_done_callback(lambda _: learn_domain(job, key))
         if job.report.auto is not None:
             job._task.add_done_callback(lambda _: learn_calibration(job, key))
-            job._task.add_done_callback(lambda _: learn_overhead(job, key))
+        chosen = (job.report.auto or {}).get("chosen")
+        name = (
+            chosen["code"]
+            if chosen
+            else code.lower().replace("_", "-")
+            if isinstance(code, str)
+            else None
+        )
+        if name is not None and name != AUTO:
+            job._task.add_done_callback(lambda _: learn_overhead(job, key, name))
     return job
 
 
