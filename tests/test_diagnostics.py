@@ -234,8 +234,17 @@ async def test_stats_json_page_and_metrics_over_http(c, s, *workers):
     assert data["totals"]["jobs"] == [{"code": "berrut", "outcome": "decoded", "count": 1}]
     code, body = await fetch(s, f"/bacc/stats.json?token={job.token}")
     assert code == 200 and len(json.loads(body)["tasks"]) == 8
-    code, _ = await fetch(s, "/bacc/stats.json?token=0123")
-    assert code == 404
+    code, body = await fetch(s, "/bacc/stats.json?token=0123")
+    assert code == 404 and "0123" in body
+    # a payload in the token is not echoed, and the JSON is never sniffed as anything else
+    http = AsyncHTTPClient()
+    port = s.http_server.port
+    payload = "%3Cscript%3Ealert(1)%3C/script%3E"
+    response = await http.fetch(
+        f"http://127.0.0.1:{port}/bacc/stats.json?token={payload}", raise_error=False
+    )
+    assert response.code == 404 and b"<script>" not in response.body
+    assert response.headers.get("X-Content-Type-Options") == "nosniff"
 
     code, body = await fetch(s, "/metrics")
     assert code == 200

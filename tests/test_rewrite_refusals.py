@@ -404,3 +404,16 @@ async def _sleep(t):
     import asyncio
 
     await asyncio.sleep(t)
+
+
+def test_report_of_names_what_it_takes():
+    """Not a dask collection: a TypeError that says what report_of takes (was an
+    AttributeError)."""
+    import numpy as np
+
+    import dask_bacc
+
+    with pytest.raises(TypeError, match=r"dask collection that dask_bacc\.coded returned"):
+        dask_bacc.report_of(np.zeros(3))
+    with pytest.raises(TypeError, match="list"):
+        dask_bacc.report_of([1, 2])

@@ -52,6 +52,8 @@ class StatsHandler(web.RequestHandler):
     def get(self) -> None:
         plugin = _plugin(self.scheduler)
         self.set_header("Content-Type", "application/json")
+        # a browser must not read the JSON as anything else (it may echo a request)
+        self.set_header("X-Content-Type-Options", "nosniff")
         if plugin is None:
             self.set_status(404)
             self.write(json.dumps({"error": f"scheduler plugin {PLUGIN_NAME!r} not registered"}))
@@ -60,7 +62,9 @@ class StatsHandler(web.RequestHandler):
         body = plugin.stats(token)
         if body is None:
             self.set_status(404)
-            body = {"error": f"no coded job with token {token!r}"}
+            # echo a token only when it is one (hex): never the request's arbitrary text
+            shown = token if token and all(c in "0123456789abcdef" for c in token) else "given"
+            body = {"error": f"no coded job with the token {shown}"}
         self.write(json.dumps(_clean(body)))
 
 

@@ -16,6 +16,8 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dask.base import is_dask_collection
+
 from .. import config
 from ..codes import Code, code_class
 from ..codes.transform import TransformSpec, get_transform
@@ -395,6 +397,8 @@ def report_of(collection: Any, client: Client | None = None) -> JobReport:
 
     Raises
     ------
+    TypeError
+        ``collection`` is not a dask collection.
     ValueError
         ``collection`` holds no coded job, or several.
     LookupError
@@ -451,5 +455,11 @@ async def _report_of(client: Client, token: str) -> JobReport:
 
 def _keys(collection: Any) -> list[str]:
     """Every string key of a collection's task graph."""
+    if not is_dask_collection(collection):
+        raise TypeError(
+            "report_of takes a dask collection that dask_bacc.coded returned (or one built "
+            f"on it), not {type(collection).__name__}; a job of map_coded or submit_coded "
+            "has its report as job.report"
+        )
     graph = collection.__dask_graph__()
     return [k for k in (graph or {}) if isinstance(k, str)]
