@@ -70,10 +70,8 @@ def test_outside_the_stored_model_the_error_is_computed():
 def test_a_first_plan_costs_milliseconds():
     """No reference decode at plan time for K <= 32: the planner runs on the table."""
     predict._expected.cache_clear()
-    start = time.process_time()
     plan(view(draws(0.05)), 16, ALL, error=0.05, max_n=32)
-    assert predict._expected.cache_info().misses == 0
-    assert time.process_time() - start < 2.0  # seconds of decodes before the table
+    assert predict._expected.cache_info().misses == 0  # before the table: ~1,000 decodes
 
 
 # -- the score: cost weight, exact preference, overheads -----------------------------------------
@@ -244,7 +242,7 @@ def test_the_view_cache_follows_its_workers():
     ws = WORKERS[:4]
     assert cache.get(c, ws) is None and cache.wanted(c) is None
     cache.put(c, ws, raw)
-    assert cache.wanted(c) == ws and cache.version(c) == 5
+    assert cache.wanted(c) == (ws, 5)
     turned = cache.get(c, ws[::-1])
     assert turned is not None and turned.workers == ws[::-1]
     np.testing.assert_array_equal(turned.draws, D[:, ::-1])

@@ -64,18 +64,13 @@ class ViewCache:
             else:
                 self._views[client] = _View(tuple(workers), raw, int(raw["jobs"]))
 
-    def wanted(self, client: Any) -> list[str] | None:
-        """The workers to draw a fresh view for in a job's clean-up round trip: those of
-        the client's cached view; None when the client has not planned (no auto job)."""
+    def wanted(self, client: Any) -> tuple[list[str], int] | None:
+        """What to draw a fresh view of in a job's clean-up round trip: the workers of the
+        client's cached view and its model version (jobs learned from); None when the
+        client has not planned (no auto job)."""
         with self._lock:
             entry = self._views.get(client)
-        return None if entry is None else list(entry.workers)
-
-    def version(self, client: Any) -> int | None:
-        """The model version (jobs learned from) of the client's view."""
-        with self._lock:
-            entry = self._views.get(client)
-        return None if entry is None else entry.version
+        return None if entry is None else (list(entry.workers), entry.version)
 
 
 def as_view(raw: dict[str, Any], order: list[str], drawn_for: Sequence[str]) -> ModelView:
@@ -136,10 +131,6 @@ class PlanCache:
             self._plans[key] = _Planned(inputs, plan)
             while len(self._plans) > self.size:
                 self._plans.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._plans.clear()
 
 
 #: the process's caches (the client side of auto mode, as the calibration is)

@@ -1071,11 +1071,11 @@ class CodedJob(JobHandle):
         try:
             workers = sorted(set(self.workers.values()))
             keys_ = [f.key for f in stragglers.values()]
-            want = auto_cache.views.wanted(client)  # the view auto mode plans from
-            view = None
-            if want is not None:
+            wanted = auto_cache.views.wanted(client)  # the view auto mode plans from
+            view = want = None
+            if wanted is not None:
+                want, version = wanted
                 seed = int(np.random.default_rng().integers(2**31))
-                version = auto_cache.views.version(client)
                 view = (want, int(config.get("auto.draws")), seed, version)
             answer = await asyncio.wait_for(
                 _dist.run_on_scheduler(
