@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dask_bacc.bench.demo import CODED, DemoSettings, StrategyStats, demo, format_table
+from dask_bacc.bench.demo import (
+    CODED,
+    DEMO_CODES,
+    EXCLUDED,
+    DemoSettings,
+    StrategyStats,
+    demo,
+    format_table,
+)
 from dask_bacc.cli import bacc
+from dask_bacc.codes.registry import ALIASES, registered_codes
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--workers", "4", "--blocks", "2", "--rows", "40", "--rounds", "1"]
@@ -100,6 +109,96 @@ def test_demo_bad_arguments(argv, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "LocalCluster" not in result.output  # rejected before any cluster starts
+
+
+def _option_help(help_text: str, option: str) -> str:
+    """The help of ``option`` in click's ``--help`` output, unwrapped to one line."""
+    lines = help_text.split("Options:", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(option + " "))
+    text = [lines[start].strip()[len(option) :]]
+    for line in lines[start + 1 :]:
+        if line.strip().startswith("-"):
+            break
+        text.append(line.strip())
+    return " ".join(text)
+
+
+def test_demo_help_lists_the_codes_of_the_registry():
+    """Issue 28 item 4: ``demo --help`` named the codes of an older version (berrut,
+    systematic-berrut, repetition); its codes now come from the codes registry."""
+    # wide, so that click does not wrap lines at the hyphen of a code's name
+    result = CliRunner().invoke(bacc, ["demo", "--help"], terminal_width=400, max_content_width=400)
+    assert result.exit_code == 0, result.output
+    every = {*registered_codes(), *ALIASES}
+    assert set(DEMO_CODES) | set(EXCLUDED) == every
+    help_text = " ".join(result.output.split())
+    # the description names the codes the demo runs by default, the systematic spline first
+    description = help_text.split("Options:", 1)[0]
+    assert f"{', '.join(CODED[:-1])} and {CODED[-1]} codes" in description
+    # --codes offers every code of the registry but those it excludes, saying why
+    codes_help = _option_help(result.output, "--codes")
+    listed = codes_help.split("a comma list from ", 1)[1].split(" (", 1)[0]
+    assert set(listed.split(", ")) == every - set(EXCLUDED)
+    for name, why in EXCLUDED.items():
+        assert f"{name}: {why}" in codes_help
+    assert f"[default: {', '.join(CODED)}]" in codes_help
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--codes", "lagrange"], "the demo cannot run 'lagrange'"),
+        (["--codes", "bogus"], "unknown code 'bogus'"),
+        (["--codes", ","], "give at least one code"),
+    ],
+)
+def test_demo_bad_codes(argv, message):
+    result = CliRunner().invoke(demo, argv)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_demo_runs_codes_beyond_the_default():
+    """``--codes`` runs any code the demo accepts; uncoded runs K tasks, the others N."""
+    result = CliRunner().invoke(
+        demo, [*TINY, "--straggler-delay", "0", "--codes", "uncoded,spline"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+        for line in result.output.splitlines()
+        if line.startswith("| ") and not line.startswith("| strategy")
+    }
+    assert list(rows) == ["plain", "uncoded", "spline"]
+    assert rows["uncoded"][1] == "2" and rows["spline"][1] == "4"  # tasks: K, N
+    assert float(rows["uncoded"][-1]) == 0.0  # uncoded is exact
+
+
+#: the smallest bench the CLI allows: 1 job, no delay, tiny blocks, 3 threaded workers
+TINY_BENCH = [
+    "--workers", "3", "-K", "2", "-N", "3", "--jobs", "1", "--no-baseline",
+    "--base-duration", "0", "--work", "1", "--rows", "2", "--output-size", "1",
+    "--straggler", "none", "--no-progress",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("code", [*registered_codes(), *ALIASES])
+def test_the_cli_runs_every_registered_code(code, tmp_path):
+    """Issue 28 item 4: ``dask bacc bench --strategies systematic-spline`` (and spline) was
+    refused. Every code of the registry and every alias is a strategy the bench runs."""
+    func = ["--func", "square"] if code == "lagrange" else []  # Lagrange: polynomial f
+    argv = ["bench", *TINY_BENCH, *func, "--strategies", code, "--out", str(tmp_path)]
+    result = CliRunner().invoke(bacc, argv)
+    assert result.exit_code == 0, result.output
+    header, *rows = (
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in result.output.splitlines()
+        if line.startswith("| ")
+    )
+    assert [row[0].removesuffix(" (approx.)") for row in rows] == [code], result.output
+    cells = dict(zip(header, rows[0], strict=True))
+    assert cells["jobs"] == "1" and cells["failed"] == "0", cells
+    assert (tmp_path / "bench.json").exists()
 
 
 def test_settings_check_matches_the_cli():

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from .harness import STRAGGLER_KINDS, STRATEGIES, TASK_FUNCS, BenchConfig, StragglerSpec, TaskModel
+from .harness import (
+    DEFAULT_STRATEGIES,
+    STRAGGLER_KINDS,
+    STRATEGIES,
+    TASK_FUNCS,
+    BenchConfig,
+    StragglerSpec,
+    TaskModel,
+)
 
 __all__ = ["bench"]
 
@@ -119,8 +127,9 @@ def _wait(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     metavar="NAME[,NAME...]",
     default=None,
     callback=_strategies,
-    help=f"Comma list from {', '.join(STRATEGIES)} [default: all that apply; lagrange only "
-    "with a polynomial --func].",
+    help=f"Comma list from {', '.join(STRATEGIES)} [default: "
+    f"{', '.join(s for s in DEFAULT_STRATEGIES if s != 'lagrange')}, and lagrange with a "
+    "polynomial --func].",
     show_default=False,
 )
 @click.option(

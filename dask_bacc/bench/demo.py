@@ -9,15 +9,23 @@ Run it with::
 It starts an embedded ``LocalCluster`` (no outside services), makes every task straggle
 with probability 10% (``Bimodal(p=0.1, delay=...)``), and maps a small two-layer MLP
 forward pass (fixed random weights, passed as ``*args``) over a NumPy array split into K
-row blocks, in four ways:
+row blocks: with plain Dask and with each code of ``--codes`` (default :data:`CODED`):
 
 - ``plain``: ``client.map(func, blocks)`` + ``client.gather``: uncoded Dask, waits for
   every block;
-- ``berrut``: ``dask_bacc.submit_coded(..., code="berrut")`` then ``job.result()`` (what
-  ``map_coded`` does): N coded tasks, decodes from the first 75% of them and cancels the
-  rest (approximate);
+- ``systematic-spline``: ``dask_bacc.submit_coded(..., code="systematic-spline")`` then
+  ``job.result()`` (what ``map_coded`` does): N coded tasks, the K blocks themselves among
+  them, decodes from the first 75% of them and cancels the rest (exact for each block whose
+  own task returned, approximate for the others);
+- ``berrut``: Berrut interpolation, decoding from the first 75% of the N tasks
+  (approximate);
 - ``systematic-berrut``: Berrut with the K blocks themselves among the worker inputs;
-- ``repetition``: every block computed N/K times, exact once a copy of each returned.
+- ``repetition`` (the default code): every block computed N/K times, exact once a copy of
+  each returned.
+
+``--codes`` takes any code of the registry (:func:`dask_bacc.codes.registered_codes` and
+the ``systematic-`` aliases) but ``lagrange``, which needs a polynomial ``f``
+(:data:`DEMO_CODES`); ``uncoded`` runs K pinned tasks.
 
 How the plain baseline meets the same stragglers
 ------------------------------------------------
@@ -44,6 +52,7 @@ import click
 import numpy as np
 from distributed import Client, LocalCluster
 
+from ..codes.registry import ALIASES, registered_codes
 from ..exceptions import ApproximationWarning
 from ..runtime import submit_coded
 from ..testing.stragglers import (
@@ -57,6 +66,7 @@ from ..testing.stragglers import (
 
 __all__ = [
     "CODED",
+    "DEMO_CODES",
     "DemoSettings",
     "StrategyStats",
     "demo",
@@ -66,8 +76,14 @@ __all__ = [
     "run_demo",
 ]
 
-#: The coded strategies the demo compares with plain Dask, in table order.
+#: The codes the demo compares with plain Dask by default, in table order.
 CODED = ("systematic-spline", "berrut", "systematic-berrut", "repetition")
+#: Codes of the registry the demo leaves out, and why.
+EXCLUDED = {"lagrange": "needs a polynomial f; the demo's f is an MLP"}
+#: Every code ``--codes`` accepts: the registry's codes and aliases but :data:`EXCLUDED`.
+DEMO_CODES: tuple[str, ...] = tuple(
+    name for name in (*registered_codes(), *ALIASES) if name not in EXCLUDED
+)
 
 
 def mlp(
@@ -114,6 +130,8 @@ class DemoSettings:
         Seed of the data, the weights and the straggler draws.
     processes : bool
         One process per worker instead of threads.
+    codes : tuple of str
+        The codes to compare with plain Dask, from :data:`DEMO_CODES`, in table order.
     """
 
     workers: int = 10
@@ -125,6 +143,7 @@ class DemoSettings:
     straggler_delay: float = 2.0
     seed: int = 0
     processes: bool = False
+    codes: tuple[str, ...] = CODED
 
     @property
     def n_coded(self) -> int:
@@ -160,6 +179,15 @@ class DemoSettings:
             raise ValueError(f"--p must lie in [0, 1], got {self.p}")
         if not np.isfinite(self.straggler_delay) or self.straggler_delay < 0:
             raise ValueError(f"--straggler-delay must be >= 0 seconds, got {self.straggler_delay}")
+        if not self.codes:
+            raise ValueError("--codes: give at least one code")
+        for code in self.codes:
+            if code in EXCLUDED:
+                raise ValueError(f"--codes: the demo cannot run {code!r}: {EXCLUDED[code]}")
+            if code not in DEMO_CODES:
+                raise ValueError(
+                    f"--codes: unknown code {code!r}; choose from {', '.join(DEMO_CODES)}"
+                )
 
 
 @dataclass
@@ -232,7 +260,7 @@ def run_demo(
     Returns
     -------
     dict of str to StrategyStats
-        ``"plain"`` and every name in :data:`CODED`, in table order.
+        ``"plain"`` and every code of ``settings.codes``, in table order.
     """
     settings.check()
     s = settings
@@ -248,7 +276,11 @@ def run_demo(
     def rel_err(out: np.ndarray) -> float:
         return float(np.linalg.norm(out - exact) / np.linalg.norm(exact))
 
-    stats = {name: StrategyStats(tasks=K if name == "plain" else N) for name in ("plain", *CODED)}
+    codes = tuple(dict.fromkeys(s.codes))
+    stats = {
+        name: StrategyStats(tasks=K if name in ("plain", "uncoded") else N)
+        for name in ("plain", *codes)
+    }
     with (
         LocalCluster(
             n_workers=s.workers,
@@ -273,14 +305,17 @@ def run_demo(
             return np.concatenate(client.gather(futures), axis=0)
 
         def coded(code: str):
-            job = submit_coded(mlp, X, *params, code=code, n_coded=N, n_blocks=K, client=client)
+            n_coded = None if code == "uncoded" else N  # uncoded: N = K tasks
+            job = submit_coded(
+                mlp, X, *params, code=code, n_coded=n_coded, n_blocks=K, client=client
+            )
             with warnings.catch_warnings():  # the demo prints each code's error itself
                 warnings.simplefilter("ignore", ApproximationWarning)
                 return job.result(), job
 
         # warm up (imports, connections, first serialisations) before any straggler
         plain(next(plain_seq))
-        for code in CODED:
+        for code in codes:
             coded(code)
         inject_stragglers(model, seed=s.seed, client=client)
 
@@ -294,12 +329,12 @@ def run_demo(
             st.stragglers_cancelled.append(0)
             st.cancelled.append(0)
             st.error.append(rel_err(out))
-            for code in CODED:
+            for code in codes:
                 t0 = time.perf_counter()
                 out, job = coded(code)
                 st = stats[code]
                 st.time.append(time.perf_counter() - t0)
-                hit = drawn(job.seq, N)
+                hit = drawn(job.seq, st.tasks)
                 st.drawn.append(len(hit))
                 st.stragglers_cancelled.append(len(hit & set(job.report.straggled)))
                 st.cancelled.append(job.report.cancelled)
@@ -355,7 +390,35 @@ _NOTES = (
 )
 
 
-@click.command(name="demo")
+def _codes(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    """``--codes berrut,spline`` -> ("berrut", "spline"), checked against :data:`DEMO_CODES`."""
+    names = tuple(
+        dict.fromkeys(c.strip().lower().replace("_", "-") for c in value.split(",") if c.strip())
+    )
+    if not names:
+        raise click.BadParameter("give at least one code")
+    for name in names:
+        if name in EXCLUDED:
+            raise click.BadParameter(f"the demo cannot run {name!r}: {EXCLUDED[name]}")
+        if name not in DEMO_CODES:
+            raise click.BadParameter(f"unknown code {name!r}; choose from {', '.join(DEMO_CODES)}")
+    return names
+
+
+def _help() -> str:
+    """The demo's ``--help`` text, naming the codes it runs (from :data:`CODED`)."""
+    return (
+        "Plain Dask against coded computing with injected stragglers.\n\n"
+        "Starts an embedded LocalCluster (no other service), makes each task straggle with "
+        "probability --p, and maps a two-layer MLP forward pass over K row blocks of a random "
+        "array with plain Dask (client.map + gather), and with dask-bacc's "
+        f"{', '.join(CODED[:-1])} and {CODED[-1]} codes (--codes) at N coded tasks. Prints "
+        "the time to answer, the speed-up over plain Dask, the stragglers cancelled and the "
+        "decoded error."
+    )
+
+
+@click.command(name="demo", help=_help())
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -410,6 +473,15 @@ _NOTES = (
     default=False,
     help="One process per worker (default: threads in this process).",
 )
+@click.option(
+    "--codes",
+    metavar="CODE[,CODE...]",
+    default=",".join(CODED),
+    callback=_codes,
+    help=f"Codes to compare with plain Dask, a comma list from {', '.join(DEMO_CODES)} "
+    f"(the codes registry; {', '.join(f'{k}: {v}' for k, v in EXCLUDED.items())}).  "
+    f"[default: {', '.join(CODED)}]",
+)
 def demo(
     workers: int,
     blocks: int,
@@ -420,15 +492,9 @@ def demo(
     straggler_delay: float,
     seed: int,
     processes: bool,
+    codes: tuple[str, ...],
 ) -> None:
-    """Plain Dask against coded computing with injected stragglers.
-
-    Starts an embedded LocalCluster (no other service), makes each task straggle with
-    probability --p, and maps a two-layer MLP forward pass over K row blocks of a random
-    array with plain Dask (client.map + gather), and with dask-bacc's berrut,
-    systematic-berrut and repetition codes at N coded tasks. Prints the time to answer,
-    the speed-up over plain Dask, the stragglers cancelled and the decoded error.
-    """
+    # the help text is _help(), generated from CODED
     settings = DemoSettings(
         workers=workers,
         blocks=blocks,
@@ -439,6 +505,7 @@ def demo(
         straggler_delay=straggler_delay,
         seed=seed,
         processes=processes,
+        codes=codes,
     )
     try:
         settings.check()

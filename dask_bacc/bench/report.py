@@ -224,7 +224,7 @@ def markdown_report(result: BenchResult) -> str:
         "strategy's own runs without injected delays. 'plain' is plain Dask (client.map + "
         "gather, scheduler placement).",
         "- rel. error: ||out - f(X)||_F / ||f(X)||_F over the jobs with stragglers; "
-        "'approx.' strategies (Berrut) are approximate by design, the others exact "
+        "'approx.' strategies (Berrut, spline) are approximate by design, the others exact "
         "(error 0 or rounding).",
         "- task-s per job: thread-seconds the job's eval tasks occupied, cancelled stragglers "
         "included until their delay was interrupted (encode/decode tasks not counted).",
