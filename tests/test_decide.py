@@ -179,7 +179,7 @@ def test_any_event_order_ends_in_one_sound_action(events, code_name, wait):
     else:
         if not d.pending:  # nothing more can arrive: the core always acts
             assert d.step(now) is not None
-    if decoded is not None and decoded.trigger == "wait":
+    if decoded is not None and decoded.trigger in ("wait", "exact"):
         assert policy.is_met(decoded.used, code)
 
 

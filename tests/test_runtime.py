@@ -378,7 +378,7 @@ async def test_systematic_decodes_as_soon_as_exact(c, s, *workers):
         job = await dask_bacc.submit_coded(np.tanh, X, code=code, wait=8, client=c)
         assert job.report.workers == placement
         out = await job
-    assert set(job.report.returned) == systematic and job.report.trigger == "wait"
+    assert set(job.report.returned) == systematic and job.report.trigger == "exact"
     assert_exact(out, np.tanh, X, rtol=1e-12, atol=1e-12)
 
 

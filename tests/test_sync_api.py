@@ -35,7 +35,7 @@ def test_map_coded_with_default_client(client):
     assert (rep.K, rep.N, rep.wait_target, rep.code["name"]) == (3, 6, 3, "repetition")
     assert_decodes_reference(out, rep, np.tanh, X)
     text = repr(rep)
-    assert "K=3 N=6" in text and "decoded on wait" in text
+    assert "K=3 N=6" in text and "when the wait target was met" in text
     assert "status=finished" in repr(job)
     # the dask-array path with a synchronous client
     y = dask_bacc.map_coded(np.tanh, da.from_array(X, chunks=10), code="repetition")

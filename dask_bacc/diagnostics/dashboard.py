@@ -27,6 +27,7 @@ from bokeh.models.annotations import Label, Span, Title
 from bokeh.models.widgets import DataTable, Div, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
+from ..runtime.report import describe_trigger
 from .plugin import PLUGIN_NAME
 
 __all__ = ["OUTCOME_COLORS", "BaccPage", "bacc_doc"]
@@ -345,7 +346,9 @@ class BaccPage:
             cols["kind"].append(t["kind"])
         self.tasks.data = cols  # type: ignore[assignment]  # (as self.jobs.data)
         self.timeline.height = max(260, min(900, 90 + 24 * len(cols["y"])))
-        decoded = detail["decoded_after"]
+        # the client's measure when it has reported (as the table and the job's reprs),
+        # else the scheduler's
+        decoded = detail["decode_seconds"]
         self.decode_line.visible = decoded is not None
         if decoded is not None:
             self.decode_line.location = decoded
@@ -358,6 +361,7 @@ class BaccPage:
             f"N={detail['N']}) token {detail['token']}: {detail['landed']} landed of "
             f"{detail['needed'] if detail['needed'] is not None else '?'} needed, "
             f"{detail['cancelled']} cancelled, {detail['failed']} failed, {detail['status']}"
+            + (f"; decoded when {describe_trigger(detail['trigger'])}" if detail["trigger"] else "")
         )
 
 

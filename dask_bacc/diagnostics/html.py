@@ -79,17 +79,14 @@ def _link(url: str | None) -> str:
 
 def _report_rows(rep: Any) -> list[tuple[str, str]]:
     from ..codes.registry import code_label
+    from ..runtime.report import describe_method
 
     def seconds(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f} s"
 
     rows = [
         ("Code", f"{_e(code_label(rep.code))}, K={rep.K} data blocks, N={rep.N} coded tasks"),
-        (
-            "Waited for",
-            f"{rep.wait_target} results; decoded on {_e(rep.trigger or '-')} from "
-            f"{len(rep.returned)}",
-        ),
+        ("Waited for", f"{rep.wait_target} results; {_e(rep.decoded_line())}"),
         ("Returned", _e(_indices(rep.returned))),
         ("Straggled", f"{_e(_indices(rep.straggled))} (cancelled {rep.cancelled})"),
     ]
@@ -112,21 +109,17 @@ def _report_rows(rep: Any) -> list[tuple[str, str]]:
     savings = rep.savings_line() if hasattr(rep, "savings_line") else None
     if savings:
         rows.append(("Against plain Dask", _e(savings)))
+    method = rep.estimate_method
     if rep.error_estimate is not None:
         worst = max((e for e in rep.block_errors or [] if e is not None), default=None)
         estimate = f"{rep.error_estimate:.3g}" + (
             f" (worst block {worst:.3g})" if worst is not None else ""
         )
-        rows.append(("Error estimate", f"{_e(estimate)} [{_e(rep.estimate_method)}]"))
-    elif rep.estimate_method == "exact-unchecked":
-        rows.append(
-            (
-                "Error estimate",
-                "exact if f is a polynomial of the code's degree (no spare result to check it)",
-            )
-        )
-    elif rep.estimate_method is not None:
-        rows.append(("Error estimate", f"unknown [{_e(rep.estimate_method)}]"))
+        rows.append(("Error estimate", f"{_e(estimate)}; {_e(describe_method(method))}"))
+    elif method == "exact-unchecked":
+        rows.append(("Error estimate", _e(describe_method(method))))
+    elif method is not None:
+        rows.append(("Error estimate", f"unknown; {_e(describe_method(method))}"))
     if rep.adversaries or rep.excluded:
         rows.append(("Excluded as corrupted", _e(_indices(rep.excluded))))
     if rep.suspects:

@@ -41,11 +41,12 @@ class Decider:
     """When to decode a coded job, from which results, and when to give up.
 
     Times are seconds since the job started. Triggers: ``"wait"`` (the wait policy is met
-    and its grace period, if any, is over), ``"all"`` (an ``until`` policy: every result
-    is in), ``"error"`` (the error estimate met an ``until`` target), ``"exhausted"``
-    (nothing is pending: decode from what arrived), ``"exact-impossible"`` (only an exact
-    decode will do, :attr:`exact_only`, and some block's own shares are all gone: give
-    up) and ``"timeout"``.
+    and its grace period, if any, is over), ``"exact"`` (met before its target count
+    because every block's own data is in: a systematic code's shortcut), ``"all"`` (an
+    ``until`` policy: every result is in), ``"error"`` (the error estimate met an
+    ``until`` target), ``"exhausted"`` (nothing is pending: decode from what arrived),
+    ``"exact-impossible"`` (only an exact decode will do, :attr:`exact_only`, and some
+    block's own shares are all gone: give up) and ``"timeout"``.
     """
 
     def __init__(self, code: Code, policy: WaitPolicy, timeout: float | None = None):
@@ -127,7 +128,9 @@ class Decider:
         trigger = None
         if self._met():
             trigger = self._after_grace(now)
-            if trigger == "wait":  # until(): met only once every result is in
+            if trigger == "wait" and self._exact_early():
+                trigger = "exact"
+            elif trigger == "wait":  # until(): met only once every result is in
                 trigger = getattr(self.policy, "met_trigger", "wait")
         elif error_met and not self.exact_only:  # an estimate's target: approximate only
             trigger = "error"
@@ -151,6 +154,16 @@ class Decider:
         if self.exact_only:
             return self.code.is_exact(self.usable)
         return self.policy.is_met(self.usable, self.code)
+
+    def _exact_early(self) -> bool:
+        """Whether the policy is met before its target count because every block's own
+        data is in (a systematic code's shortcut): the report says ``"exact"``, not
+        ``"wait"``."""
+        return (
+            not self.code.exact
+            and len(self.usable) < self.policy.target(self.code)
+            and self.code.is_exact(self.usable)
+        )
 
     def _exact_possible(self) -> bool:
         """Whether the shares of real data still in hand or pending can cover every block

@@ -7,7 +7,47 @@ from typing import Any
 
 from ..codes.registry import code_label
 
-__all__ = ["JobReport"]
+__all__ = ["JobReport", "describe_method", "describe_trigger"]
+
+#: what started a job's decode (``JobReport.trigger``), in words: the reprs, the progress
+#: bar and the ``/bacc`` page all say it this way
+TRIGGERS = {
+    "wait": "the wait target was met",
+    "exact": "every block's own data was in (exact, before the wait target)",
+    "all": "every result was in",
+    "error": "the error estimate met its target",
+    "exhausted": "no more results could arrive",
+    "timeout": "the timeout",
+    "exact-impossible": "no exact decode was possible any more",
+}
+
+#: how a job's error estimate was made (``JobReport.estimate_method``), in words
+METHODS = {
+    "exact": "the decode is exact",
+    "embedded-fh1": "against the degree-1 Floater-Hormann interpolant of the same results",
+    "embedded-fh3": "against the degree-3 Floater-Hormann interpolant of the same results",
+    "ill-conditioned": "the decode is too ill-conditioned to estimate",
+    "unreliable": "too few results to check an estimate against",
+    "exact-unchecked": "exact if f is a polynomial of the code's degree (no spare result "
+    "to check it)",
+    "unknown": "no estimate could be made",
+}
+
+
+def describe_trigger(trigger: str | None) -> str:
+    """What started the decode, in words (``"-"`` before it)."""
+    if trigger is None:
+        return "-"
+    return TRIGGERS.get(trigger, trigger)
+
+
+def describe_method(method: str | None) -> str:
+    """The error estimate's method in words, with its name (as in ``estimate_method`` and
+    docs/accuracy.md): ``"embedded-fh1: against the degree-1 ..."``."""
+    if method is None:
+        return "-"
+    words = METHODS.get(method)
+    return method if words is None else f"{method}: {words}"
 
 
 @dataclass
@@ -49,8 +89,11 @@ class JobReport:
     arrival : dict of int to float
         When each finished result arrived.
     trigger : str or None
-        What started the decode: ``"wait"`` (policy met), ``"timeout"`` or ``"exhausted"``
-        (no more results can arrive, decoding from what did).
+        What started the decode: ``"wait"`` (policy met), ``"exact"`` (a systematic or
+        repetition code: every block's own data arrived before the wait target),
+        ``"all"`` / ``"error"`` (``dask_bacc.until``), ``"timeout"`` or ``"exhausted"``
+        (no more results can arrive, decoding from what did); :func:`describe_trigger`
+        says each in words.
     target_met : float or None
         When the wait policy's target was met (the decode follows at once, or after the
         policy's grace period for approximate codes).
@@ -219,6 +262,13 @@ class JobReport:
             data[key] = {int(k): v for k, v in (data.get(key) or {}).items()}
         return cls(**data)
 
+    def decoded_line(self) -> str:
+        """``"decoded from 6 results when the wait target was met"``: the same words in
+        the reprs and on the ``/bacc`` page."""
+        if self.trigger is None:
+            return "not decoded yet" if self.status == "running" else "not decoded"
+        return f"decoded from {len(self.returned)} results when {describe_trigger(self.trigger)}"
+
     def savings_line(self) -> str | None:
         """``"time saved 1.234s against plain Dask (ready at ...), extra CPU ..."``, or
         None when neither is known."""
@@ -248,8 +298,7 @@ class JobReport:
         lines = [
             f"<JobReport {code_label(self.code)} {self.func} token={self.token} "
             f"status={self.status}>",
-            f"  K={self.K} N={self.N} wait for {self.wait_target}, decoded on "
-            f"{self.trigger or '-'} from {len(self.returned)} results",
+            f"  K={self.K} N={self.N} wait for {self.wait_target}; {self.decoded_line()}",
             f"  time to decode {t(self.time_to_decode)}, slowest result used "
             f"{t(self.slowest_used)}",
             f"  straggled {len(self.straggled)} (cancelled {self.cancelled}), late "
@@ -269,15 +318,14 @@ class JobReport:
             lines.append(
                 f"  estimated relative error {self.error_estimate:.3g}"
                 + (f" (worst block {worst:.3g})" if worst is not None else "")
-                + f" [{self.estimate_method}]"
+                + f"; {describe_method(self.estimate_method)}"
             )
         elif self.estimate_method == "exact-unchecked":
-            lines.append(
-                "  exact if f is a polynomial of the code's degree (no spare result to check "
-                "it) [exact-unchecked]"
-            )
+            lines.append(f"  {describe_method(self.estimate_method)}")
         elif self.estimate_method is not None:
-            lines.append(f"  estimated relative error unknown [{self.estimate_method}]")
+            lines.append(
+                f"  estimated relative error unknown; {describe_method(self.estimate_method)}"
+            )
         if self.adversaries:
             lines.append(
                 f"  adversaries {self.adversaries}: excluded as corrupted {self.excluded or 'none'}"
