@@ -261,6 +261,10 @@ async def test_stats_json_page_and_metrics_over_http(c, s, *workers):
     # test_browser.py); the HTML is distributed's page template with Bokeh's loader
     code, body = await fetch(s, "/bacc")
     assert code == 200 and "bokeh" in body.lower() and 'id="myTopnav"' in body
+    # nosniff on every /bacc route, the Bokeh page and its script loader too
+    for path in ("/bacc", "/bacc/autoload.js?bokeh-autoload-element=x", "/bacc/stats.json"):
+        response = await http.fetch(f"http://127.0.0.1:{port}{path}", raise_error=False)
+        assert response.headers.get("X-Content-Type-Options") == "nosniff", path
     code, body = await fetch(s, "/status")  # the navigation bar links the page
     assert code == 200 and 'href="bacc"' in body
     await gate.release()

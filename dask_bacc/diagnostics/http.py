@@ -15,7 +15,7 @@ import math
 import weakref
 from typing import Any
 
-from tornado import web
+from tornado import httputil, web
 
 from .plugin import PLUGIN_NAME
 
@@ -42,6 +42,18 @@ def _clean(value: Any) -> Any:
     return value
 
 
+class NoSniff(web.OutputTransform):
+    """``X-Content-Type-Options: nosniff`` on every response of an application: a browser
+    must not read a page, script or JSON of ours as another type (the JSON may echo part
+    of a request)."""
+
+    def transform_first_chunk(
+        self, status_code: int, headers: httputil.HTTPHeaders, chunk: bytes, finishing: bool
+    ) -> tuple[int, httputil.HTTPHeaders, bytes]:
+        headers["X-Content-Type-Options"] = "nosniff"
+        return status_code, headers, chunk
+
+
 class StatsHandler(web.RequestHandler):
     """``GET /bacc/stats.json``: recent coded jobs and totals; ``?token=<hex>``: one job
     with the timeline of its coded tasks."""
@@ -52,7 +64,7 @@ class StatsHandler(web.RequestHandler):
     def get(self) -> None:
         plugin = _plugin(self.scheduler)
         self.set_header("Content-Type", "application/json")
-        # a browser must not read the JSON as anything else (it may echo a request)
+        # (NoSniff is the page's application's; this route sits on distributed's own)
         self.set_header("X-Content-Type-Options", "nosniff")
         if plugin is None:
             self.set_status(404)
@@ -133,6 +145,7 @@ def _add_page(scheduler: Any, prefix: str) -> Any:
         prefix=prefix,
         template_variables=variables,
     )
+    bokeh_app.add_transform(NoSniff)  # its routes are ours alone: /bacc and its scripts
     scheduler.http_application.add_application(bokeh_app)
     bokeh_app.initialize(IOLoop.current())
     bokeh_app.start()
