@@ -30,6 +30,7 @@ else
 fi
 
 DASK_BACC_SMOKE=1 .venv/bin/python - "$workdir" <<'EOF'
+import re
 import sys
 import time
 from pathlib import Path
@@ -56,7 +57,20 @@ for path in sorted(workdir.glob("*.ipynb")):
         failed.append(path.name)
         print(f"FAIL {path.name} after {time.perf_counter() - start:.1f} s\n{exc}", flush=True)
     else:
-        print(f"ok   {path.name}: {time.perf_counter() - start:.1f} s", flush=True)
+        # what a static render (nbconvert, GitHub) shows of a progress widget is its saved
+        # text fallback: it must be the bar's final state, not "0%| 0/3" (issue 28)
+        stuck = [
+            "".join(out["data"]["text/plain"])
+            for cell in nb.cells
+            for out in cell.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in out.get("data", {})
+            and re.search(r"(?<![0-9])0%\|", "".join(out["data"].get("text/plain", "")))
+        ]
+        if stuck:
+            failed.append(path.name)
+            print(f"FAIL {path.name}: progress bars saved at 0%: {stuck}", flush=True)
+        else:
+            print(f"ok   {path.name}: {time.perf_counter() - start:.1f} s", flush=True)
     finally:
         nbformat.write(nb, path)  # the copy in workdir, never examples/
 count = len(list(workdir.glob("*.ipynb")))

@@ -59,13 +59,47 @@ def want_progress(progress: bool | None) -> bool:
     return interactive() if value is None else _truthy(value)
 
 
+class _FinalDisplay:
+    """Mixin for tqdm.notebook's widget bar: the text a static render shows is the last.
+
+    A notebook saves a widget's output with a ``text/plain`` fallback, the one static
+    renders (nbconvert, GitHub) show. tqdm.notebook displays its widget once, at creation,
+    so that text stayed ``0%| 0/3`` however far the bar went. This bar displays its widget
+    under a display id and updates that display when it closes: the fallback saved with
+    the notebook is then the bar's final state, and a live notebook redraws the same widget.
+    """
+
+    container: Any
+    disable: bool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "display": False})
+        self._handle: Any = None
+        if not self.disable:
+            from IPython.display import display
+
+            self._handle = display(self.container, display_id=True)
+            self.displayed = True
+
+    def close(self) -> None:
+        super().close()  # type: ignore[misc]
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            handle.update(self.container)
+
+
 @functools.cache
 def _bar_class() -> type:
     """tqdm.auto's bar (a widget in Jupyter, text elsewhere) without tqdm's monitor
-    thread, which would outlive the job: the bar is refreshed on every result anyway."""
+    thread, which would outlive the job: the bar is refreshed on every result anyway.
+    The widget bar saves its final state for static renders (:class:`_FinalDisplay`)."""
     from tqdm.auto import tqdm
 
-    return type("BaccProgress", (tqdm,), {"monitor_interval": 0})
+    bases: tuple[type, ...] = (tqdm,)
+    notebook = sys.modules.get("tqdm.notebook")  # imported by tqdm.auto only in a kernel
+    if notebook is not None and issubclass(tqdm, notebook.tqdm):
+        bases = (_FinalDisplay, tqdm)
+    return type("BaccProgress", bases, {"monitor_interval": 0})
 
 
 def _cell() -> int | None:
