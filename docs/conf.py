@@ -189,6 +189,9 @@ html_sidebars = {
     "configuration": [],
 }
 html_show_sourcelink = False
+# _static/bacc.css: shell blocks wrap their long lines instead of overflowing their box
+html_static_path = ["_static"]
+html_css_files = ["bacc.css"]
 
 # ``BACC_DOCS_NO_VIEWCODE=1`` skips the highlighted module sources (a faster build)
 if os.environ.get("BACC_DOCS_NO_VIEWCODE"):

@@ -6,6 +6,7 @@ The generator (docs/_ext/bacc_config.py) is a plain function: no Sphinx build he
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -81,3 +82,42 @@ def test_comments_belong_to_the_key_below_them(tmp_path):
     rst = gen.render_rst(list(entries.values()))
     assert "Described with :confval:`bacc.group.a`." in rst
     assert "(No comment in ``bacc.yaml``.)" in rst
+
+
+# -- styling: code boxes (issue 28, item 9) -------------------------------------------------
+
+#: characters of a code line the docs' content column shows without scrolling (at 1280 px
+#: the PyData theme's box holds about 98)
+BOX = 80
+SHELL = ("bash", "console", "shell", "sh")
+
+
+def _fences(path: Path) -> list[tuple[str, str]]:
+    """(language, body) of every fenced code block of a MyST page."""
+    fence = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+    return fence.findall(path.read_text())
+
+
+def test_the_install_block_fits_its_box():
+    """docs/getting-started.md's install block had 106-character lines (a command and its
+    comment) that ran out of the code box: each comment is now on its own line."""
+    blocks = [body for lang, body in _fences(ROOT / "docs" / "getting-started.md")]
+    install = next(b for b in blocks if 'pip install -e ".[diagnostics]"' in b)
+    assert max(len(line) for line in install.splitlines()) <= BOX, install
+
+
+def test_shell_blocks_wrap_instead_of_overflowing():
+    """Shell blocks elsewhere (benchmark commands with their comments) wrap in the built
+    site: docs/conf.py adds _static/bacc.css, which sets pre-wrap on them."""
+    conf = (ROOT / "docs" / "conf.py").read_text()
+    assert re.search(r'^html_static_path = \["_static"\]$', conf, re.M)
+    assert re.search(r'^html_css_files = \["bacc.css"\]$', conf, re.M)
+    css = (ROOT / "docs" / "_static" / "bacc.css").read_text()
+    rule = re.search(r"([^{}]*)\{([^}]*white-space:\s*pre-wrap[^}]*)\}", css)
+    assert rule, css
+    selectors = {s.strip() for s in rule.group(1).split("*/")[-1].split(",")}
+    for lang in SHELL:
+        assert f"div.highlight-{lang} pre" in selectors
+    # the pages use only these languages for shell commands
+    used = {lang for page in (ROOT / "docs").glob("*.md") for lang, _ in _fences(page)}
+    assert used & {"zsh", "powershell", "bat"} == set()

@@ -59,3 +59,32 @@ def test_ci_runs_the_readme_test_command_word_for_word():
     for script in ("browser", "typecheck", "docs", "notebooks", "soak"):
         assert f"bash ci/{script}.sh" in run, script
         assert (ROOT / "ci" / f"{script}.sh").exists(), script
+
+
+def test_the_readme_says_what_it_is_and_when_to_use_it_first():
+    """Issue 28 item 10: the README opened with commands; now a short lead says what
+    dask-bacc is, when to use it and when not, then come the two commands."""
+    text = (ROOT / "README.md").read_text()
+    lead = text[: text.index("```bash")]
+    assert "straggler-resistant" in lead and "map over chunks" in lead
+    assert "**When to use it**" in lead and "**When not to:**" in lead
+    assert "docs/regimes.md" in lead  # the plain-words guide it summarises
+    assert len(lead.splitlines()) <= 40  # a lead, not a chapter
+
+
+DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def test_dated_figures_live_in_the_benchmarks_page():
+    """The README's "Measured" section read like a lab notebook (dated reruns of the demo);
+    they are in docs/benchmarks.md, each with its command and date."""
+    readme = (ROOT / "README.md").read_text()
+    assert not DATED.findall(readme)
+    demo = (ROOT / "docs" / "benchmarks.md").read_text().split("## The demo\n", 1)[1]
+    demo = demo.split("\n## ", 1)[0]
+    assert "`dask bacc demo` (10 threaded workers on 2 cores" in demo
+    times, dash = "\N{MULTIPLICATION SIGN}", "\N{EN DASH}"
+    for figure in ("20.9", "9.2", "2.9", "9.5x", "0.30", f"1.21{dash}1.46x"):
+        figure += times if figure[-1].isdigit() else ""
+        assert figure in demo, figure
+    assert {"2026-12-02", "2026-12-03"} <= set(DATED.findall(demo))
