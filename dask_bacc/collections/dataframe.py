@@ -167,10 +167,20 @@ def _hint(dtype: Any) -> str:
     return ".astype(float) where the values are numbers"
 
 
-def coded_dtype(obj: Any, what: str = "data", selectable: bool = True) -> np.dtype:
-    """The common NumPy dtype the columns of ``obj`` are coded as (``TypeError`` if any
-    column is not real numeric, naming them and how to fix it; ``selectable``: the fix
-    may be ``columns=``)."""
+#: How map_coded's caller selects the columns f sees (:func:`coded_dtype`'s ``select``)
+SELECT_WITH_COLUMNS = "with columns=[...]"
+
+
+def coded_dtype(
+    obj: Any, what: str = "data", selectable: bool = True, select: str = SELECT_WITH_COLUMNS
+) -> np.dtype:
+    """The common NumPy dtype the columns of ``obj`` are coded as.
+
+    Raises ``TypeError`` if any column is not real numeric, naming them and how to fix
+    it. ``selectable``: the fix may be to select the numeric columns, as ``select`` says
+    (a phrase of the call that raises: ``map_coded`` takes ``columns=``, ``coded()`` a
+    selection before the map; ``{numeric}`` is replaced by the numeric columns' labels).
+    """
     pairs = _labelled_dtypes(obj)
     if not pairs:
         raise ValueError(f"{what} has no columns: there is nothing to compute on")
@@ -178,9 +188,10 @@ def coded_dtype(obj: Any, what: str = "data", selectable: bool = True) -> np.dty
     if bad:
         names = ", ".join(f"{label!r} ({dtype})" for label, dtype in bad)
         fixes = "; ".join(sorted({f"{_hint(d)} for {d}" for _, d in bad}))
+        numeric = [label for label, dtype in pairs if numeric_dtype(dtype) is not None]
         how = (
-            "Select numeric columns with columns=[...] or convert"
-            if selectable and len(bad) < len(pairs)
+            f"Select the numeric columns f uses {select.format(numeric=numeric)}, or convert"
+            if selectable and numeric
             else "Convert"
         )
         raise TypeError(
@@ -270,7 +281,9 @@ def _refuse_rounding(
                 "Cast it explicitly if float64 precision is enough "
                 f"(df.astype({{{label!r}: 'float64'}})), rescale it (e.g. nanosecond times "
                 "to seconds, // 10**9), or map the integer column(s) on their own "
-                f"(columns=[{label!r}, ...]): columns of one integer dtype are coded in it."
+                f"(map_coded's columns=[{label!r}, ...]; under coded(), select them before "
+                f"the map: ddf[[{label!r}, ...]]): columns of one integer dtype are coded "
+                "in it."
             )
         raise InvalidInput(
             rounding_message(f"{what} column {label!r}", column_dtype, top, beside, fix, output)
@@ -597,6 +610,37 @@ def _view(values: np.ndarray, columns: pd.Index | None, name: Any) -> Frame:
 
 
 # -- the adapters ------------------------------------------------------------------------
+class MockCallError(ValueError):
+    """f failed on the mock block that :meth:`_FrameBlocks.wrap` calls it on to learn its
+    output; the message advises map_coded's ``meta=`` (``coded()`` gives its own advice).
+
+    Attributes
+    ----------
+    fname : str
+        f's name.
+    why : str
+        f's exception, as text.
+    rows : int
+        The mock block's rows.
+    """
+
+    def __init__(self, fname: str, why: str, rows: int):
+        super().__init__(
+            f"could not infer the output of {fname} by calling it on a mock block ({why}); "
+            "pass meta= (an empty DataFrame/Series like its output for one block, as in "
+            "map_partitions)"
+        )
+        self.fname, self.why, self.rows = fname, why, rows
+
+
+#: What to do instead of reading a partition's index in f
+INDEX_ALTERNATIVE = (
+    "use positions instead (a coded partition has a RangeIndex), make the labels a "
+    "column (ddf.reset_index()), or run it with plain Dask: "
+    "ddf.map_partitions(f, ...).compute()"
+)
+
+
 class _FrameBlocks(Blocks):
     """What pandas and dask inputs share: the view ``f`` gets, the output template and
     the rebuild of the output."""
@@ -649,11 +693,19 @@ class _FrameBlocks(Blocks):
         try:
             out = func(mock, *args, **kwargs)
         except Exception as exc:
-            raise ValueError(
-                f"could not infer the output of {fname} by calling it on a mock block "
-                f"({type(exc).__name__}: {exc}); pass meta= (an empty DataFrame/Series "
-                "like its output for one block, as in map_partitions)"
-            ) from exc
+            if probe is not None and probe[2] is None:
+                # it ran on the labels it was written for: what fails is the RangeIndex
+                # of a coded block, so meta= would only move the failure to the job
+                from ..exceptions import RewriteError
+
+                raise RewriteError(
+                    f"{fname} reads the index of its partition: it fails on a block with "
+                    f"a RangeIndex ({type(exc).__name__}: {exc}) but not on one labelled "
+                    "like the input, and a coded partition mixes rows of several "
+                    f"partitions, so it has a RangeIndex; f must not use the index: "
+                    f"{INDEX_ALTERNATIVE}"
+                ) from None
+            raise MockCallError(fname, f"{type(exc).__name__}: {exc}", len(mock)) from exc
         self.output = FrameOutput.of(out, f"the output of {fname}")
         self._check_index_unused(fname, mock, out, probe, lambda: func(mock, *args, **kwargs))
         if (
@@ -715,11 +767,7 @@ class _FrameBlocks(Blocks):
         if probe is None:
             return
         labels, other, error = probe
-        alternative = (
-            "use positions instead (a coded partition has a RangeIndex), make the labels a "
-            "column (ddf.reset_index()), or run it with plain Dask: "
-            "ddf.map_partitions(f, ...).compute()"
-        )
+        alternative = INDEX_ALTERNATIVE
         if error is not None:
             raise RewriteError(
                 f"{fname} reads the index of its partition: it fails on a block labelled like "

@@ -78,22 +78,52 @@ class RewriteKind(ABC, Generic[TargetT]):
 
     name: ClassVar[str]
 
-    def check(self, call: MapCall) -> None:
+    def check(self, call: MapCall) -> int:
         """Reject, before anything runs, what ``map_coded`` would reject about the input.
 
-        Nothing is computed: this checks the input's chunks and dtypes.
+        Nothing is computed: this checks the input's chunks and dtypes and, as
+        ``map_coded`` does on the client, learns f's output where the kind needs it (a
+        labelled kind calls f on a small mock block, unless the map gives its output's
+        ``meta``), so that f reading what a coded block lacks (a DataFrame's index) is
+        refused here rather than when the collection is computed.
 
         Parameters
         ----------
         call : MapCall
             The map :func:`~dask_bacc.collections.rewrite.find_map` found.
 
+        Returns
+        -------
+        int
+            K, the number of blocks the coded job maps over.
+
         Raises
         ------
         TypeError, ValueError
-            Non-numeric input, uneven chunks...
+            Non-numeric input, uneven chunks, f failing on the mock block...
+        RewriteError
+            f reads or changes labels a coded block does not have.
         """
-        adapt(call.data)
+        blocks = adapt(call.data, **self.submit_labels(call))
+        if not call.deps:  # (a value f reads from the graph is known only in the job)
+            blocks.wrap(self.function(call), call.args, call.kwargs)
+        return blocks.K
+
+    def submit_labels(self, call: MapCall) -> dict[str, Any]:
+        """The labels and output template ``submit_coded`` takes for this kind (``dim``,
+        ``meta``): the part of :meth:`submit_options` that also describes the input.
+
+        Parameters
+        ----------
+        call : MapCall
+
+        Returns
+        -------
+        dict
+            Only what the kind has: the mapped function may take keywords of the same
+            names.
+        """
+        return {}
 
     def function(self, call: MapCall) -> Any:
         """What the coded job maps: ``call.func``, or a wrapper that refuses what a coded
@@ -287,6 +317,28 @@ class FrameRewrite(RewriteKind[FrameTarget]):
             return meta.astype(dict.fromkeys(numeric, np.float64)), enforce
         return (meta.astype(np.float64) if meta.dtype.kind in "biuf" else meta), enforce
 
+    def check(self, call: MapCall) -> int:
+        from .dataframe import MockCallError, coded_dtype
+
+        try:
+            # before the map is the only place to select columns: coded() takes the map
+            coded_dtype(
+                call.data,
+                "the map's input",
+                select="before the map (ddf[{numeric!r}].map_partitions(f, ...))",
+            )
+            return super().check(call)
+        except MockCallError as exc:
+            # the job calls f on a mock block for lack of map_coded's meta=, which
+            # coded() cannot pass on: map_partitions' meta is not enforced on f's values
+            raise ValueError(
+                f"{exc.fname} fails on a small mock block of the map's input ({exc.why}), "
+                "which coded() calls it on to learn its output: make f work on a block of "
+                f"{exc.rows} rows, or {_EXACT}"
+            ) from None
+        except TypeError as exc:  # non-numeric columns
+            raise TypeError(f"{exc}; or {_EXACT}") from None
+
     def submit_options(self, call: MapCall) -> dict[str, Any]:
         return {"combine": "auto"}
 
@@ -320,9 +372,13 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
 
     name = "xarray.map_blocks"
 
-    def check(self, call: MapCall) -> None:
-        adapt(call.data, dim=call.dim)
+    def check(self, call: MapCall) -> int:
+        K = super().check(call)
         _check_dim_coords(call)
+        return K
+
+    def submit_labels(self, call: MapCall) -> dict[str, Any]:
+        return {"dim": call.dim}
 
     def target(self, call: MapCall, exact_dtypes: bool) -> XarrayTarget:
         # coordinates are labels map_coded restores, not decoded values: their dtype stays
@@ -344,7 +400,7 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
         return variables, indexes
 
     def submit_options(self, call: MapCall) -> dict[str, Any]:
-        return {"combine": "auto", "dim": call.dim}
+        return {"combine": "auto", **self.submit_labels(call)}
 
     def blocks(
         self, client: Client, out: Any, target: XarrayTarget
@@ -401,6 +457,9 @@ class Unmasked:
     def __repr__(self) -> str:
         return f"Unmasked({self.func!r})"
 
+
+#: The alternative that takes every map as it is (its refusals name it)
+_EXACT = "use an exact code, which runs the map as it is: coded(y, code='repetition')"
 
 #: The adapter of each kind (stateless: one instance each)
 ARRAY = ArrayRewrite()

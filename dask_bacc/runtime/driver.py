@@ -29,8 +29,16 @@ from . import _dist, keys
 from .quality import check_adversaries
 from .redundant import EXACT_LAYER_CODES, policy_for
 from .report import JobReport
-from .submit import AVOID_WORKERS, _check_common, _wants_auto, submit_coded, submit_layer
-from .wait import WaitPolicy, check_timeout
+from .submit import (
+    AVOID_WORKERS,
+    _build_code,
+    _check_common,
+    _wants_auto,
+    default_n_coded,
+    submit_coded,
+    submit_layer,
+)
+from .wait import FirstK, WaitPolicy, check_timeout, resolve_wait
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -139,9 +147,13 @@ def coded(
             "map_coded, submit_coded or encode; coded() takes fixed settings"
         )
     _check_common(call.func, code, n_coded, timeout, code_options)
-    # what map_coded would reject about the data (non-numeric columns, uneven chunks...)
-    # is rejected now, not at compute time inside the driver task; nothing is computed
-    call.adapter.check(call)
+    # what map_coded would reject about the data (non-numeric columns, uneven chunks, f
+    # reading a DataFrame's index...) is rejected now, not at compute time inside the
+    # driver task; nothing is computed
+    K = call.adapter.check(call)
+    # and what the chunks and the cluster decide (N, wait): planned again in the driver
+    # task, on the cluster it then runs on
+    _plan(code, K, n_coded, wait, code_options, adversaries, _running_workers())
     # decoded through a transform's inverse: float, as for the approximate codes
     exact_dtypes = _keeps_dtype(code) and transform is None
     options = {
@@ -164,6 +176,7 @@ def coded(
         settings,
         target,
         token,
+        K,
         # the values f's arguments read from the graph (dask.delayed, large arrays dask
         # stores once): inputs of the driver task, computed before it runs
         call.deps,
@@ -262,6 +275,105 @@ def _drive_layer(
     return out
 
 
+def _running_workers() -> int | None:
+    """How many workers the current client's cluster runs, when coded() is called; None
+    without a client or before any worker joined (the driver task plans on the cluster
+    it runs on). A synchronous client asks the scheduler; an asynchronous one has the
+    count from its last update (coded() cannot wait for a reply)."""
+    try:
+        client = _dist.default_client()
+    except ValueError:
+        return None
+    info = client.scheduler_info()
+    workers = info.get("workers") or {}
+    if workers:
+        running = sum(w.get("status", "running") == "running" for w in workers.values())
+    else:
+        running = int(info.get("n_workers") or 0)
+    return running or None
+
+
+def _plan(
+    code: str | Code,
+    K: int,
+    n_coded: int | None,
+    wait: int | float | WaitPolicy | None,
+    code_options: dict[str, Any] | None,
+    adversaries: int | None,
+    running: int | None,
+) -> dict[str, Any]:
+    """Check the coded job a rewritten collection runs, on K blocks and ``running``
+    workers; return the ``n_coded``/``wait`` it runs with where coded() chooses them.
+
+    The driver task's worker runs no coded task when the others suffice (it holds the
+    decoded blocks the output chunks read: a straggler there would hold them back), so
+    the default N is planned for ``running - 1`` workers. On that count an approximate
+    code's default wait can come to every one of its N results (Berrut, 2 blocks, 4
+    workers: N = 3, ``ceil(0.75 * 3) = 3``), and the job would be as slow as its slowest
+    task: coded() then waits for ``N - 1``, keeping the default's grace.
+
+    Called by :func:`coded` (``running`` from the client, or None: no cluster checks)
+    and again in the driver task, on the cluster it runs on.
+
+    Raises
+    ------
+    ValueError
+        Too few workers for N (counting every worker, and saying why one is left out),
+        a wait or ``n_coded`` the code cannot take, ``n_coded``/``wait`` with the
+        speculative code.
+    """
+    if isinstance(code, str) and code.lower() == "speculative":
+        if n_coded is not None or wait is not None:
+            raise ValueError(
+                "code='speculative' runs each task with a backup when it runs late and "
+                "waits for every block: n_coded and wait do not apply"
+            )
+        return {}
+    if adversaries or (running is None and n_coded is None and not isinstance(code, Code)):
+        return {}  # (robust decoding sizes N and wait itself, in the job)
+    options = dict(code_options or {})
+    usable = None if running is None else max(running - 1, 1)
+    if isinstance(code, Code):
+        coder = _build_code(code, K, None, code.N, options)  # (checks K)
+    elif n_coded is None:
+        assert usable is not None and running is not None
+        N = default_n_coded(code.lower().replace("_", "-"), K, usable, options)
+        if N > usable and config.get("oversubscribe") != "warn":
+            raise ValueError(_too_few(code, K, N, running, usable))
+        coder = _build_code(code, K, N, N, options)
+    else:
+        coder = _build_code(code, K, n_coded, n_coded, options)
+    if running is not None and coder.N > running and config.get("oversubscribe") != "warn":
+        raise ValueError(
+            f"N={coder.N} coded tasks need {coder.N} distinct workers, but the cluster has "
+            f"{running}; pass a smaller n_coded (more than the K={K} chunks), use fewer, "
+            "larger chunks (rechunk or repartition the input before the map), or add "
+            "workers"
+        )
+    policy = resolve_wait(wait, coder)  # a wait the code cannot take raises here
+    if wait is None and not coder.exact and policy.target(coder) >= coder.N > coder.min_results:
+        spare: dict[str, Any] = {"wait": FirstK(coder.N - 1, grace=policy.grace)}
+        if not isinstance(code, Code):
+            spare["n_coded"] = coder.N  # the wait is for this N
+        return spare
+    return {}
+
+
+def _too_few(code: str, K: int, N: int, running: int, usable: int) -> str:
+    """Why K chunks cannot run as a coded job on this cluster, and what to do instead:
+    only what coded() and dask take."""
+    return (
+        f"K={K} chunks need at least N={N} coded tasks for code {code!r}, each on its own "
+        f"worker; the cluster has {running} workers and coded() runs its coded tasks on "
+        f"{usable} of them: the worker that runs the job's driver task takes none (it "
+        "holds the decoded chunks the output reads, and a straggler there would hold "
+        "them back). Use fewer, larger chunks (rechunk the input before the map, "
+        "x.rechunk({0: rows}), or ddf.repartition(npartitions=...)), add workers, or use "
+        "an exact code, which runs the chunks in waves on any number of workers: "
+        "coded(y, code='repetition')"
+    )
+
+
 def _find_map(collection: Any) -> MapCall:
     """:func:`find_map`, any failure to read the graph turned into a :class:`RewriteError`
     with a message (never a bare ``KeyError`` from deep inside the rewrite)."""
@@ -314,20 +426,38 @@ def _drive(
     settings: dict[str, Any],
     target: Any,
     token: str,
+    K: int,
     deps: dict[Any, Any] | None = None,
 ) -> object:
     """The driver task: run the coded job from inside the cluster; return what the
     collection's chunks read (``call.adapter.blocks``: the K blocks or, for
     ``xr.map_blocks``, the values of each lazy variable). The job's report goes to the
     scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`, and its warnings
-    to the clients (:func:`_forward_warnings`). ``deps`` are the computed values of
-    ``call.deps``."""
+    to the clients (:func:`_forward_warnings`). ``K`` is the number of blocks (the
+    collection's chunks fix it); N and the wait are planned here (:func:`_plan`), on the
+    cluster the job runs on. ``deps`` are the computed values of ``call.deps``."""
     import dask
     from distributed import get_client, get_worker
 
     if call.deps:
         call = call.resolve(deps or {})
     client = get_client()
+    running = sum(
+        w.get("status", "running") == "running"
+        for w in _dist.sync(client, _dist.identity, client).get("workers", {}).values()
+    )
+    options = {
+        **options,
+        **_plan(
+            options["code"],
+            K,
+            options["n_coded"],
+            options["wait"],
+            options["code_options"],
+            options["adversaries"],
+            running or None,
+        ),
+    }
     # no coded task of this job on this worker: a straggler there would hold the thread
     # the collection's output chunks (which read this task's result, here) need
     avoid = AVOID_WORKERS.set((get_worker().address,))
