@@ -114,13 +114,24 @@ def coded(
         A code that mixes blocks, and the final operation is not a map over chunks
         dask-bacc can code (several chunked inputs, block-dependent arguments,
         overlapping maps, masked arrays, reductions, fused graphs, other collections),
-        or it cannot be kept identical to plain Dask.
-        What only the data shows (``f`` reading or changing the labels a coded block
-        lacks, a result that does not match the template or does not fit the declared
-        dtype, a masked result) raises it when the collection is computed.
+        or it cannot be kept identical to plain Dask, or ``f`` reads or changes the
+        labels a coded block lacks (it must not use a DataFrame's index: a coded
+        partition has a ``RangeIndex``), which ``f`` on a small mock block shows here.
+        What only the data shows (a result that does not match the template or does
+        not fit the declared dtype, a masked result) raises it when the collection is
+        computed.
     TypeError, ValueError
-        Bad options, raised here; errors about the data and the cluster (too few workers,
-        non-numeric blocks) are raised when the collection is computed.
+        Raised here: bad options, non-numeric columns, and what the chunks and the
+        current client's workers decide (too few workers for N, counting the one that
+        runs the driver task and takes no coded task; an ``n_coded`` or ``wait`` the code
+        cannot take). Without a client, the cluster is checked when the collection is
+        computed.
+
+    Notes
+    -----
+    The driver task's worker takes no coded task when the others suffice, so the default
+    N is planned for one worker fewer than the cluster has; an approximate code whose
+    default wait would then need every one of its N results waits for N - 1.
     """
     if fallback not in ("raise", "plain"):
         raise ValueError(f"fallback must be 'raise' or 'plain', got {fallback!r}")
