@@ -206,6 +206,9 @@ def positive_on_integers(b):
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_a_mixed_share_outside_the_transform_is_a_domain_failure(c, s, *workers):
     data = np.arange(24, dtype=float).reshape(8, 3)
+    # the systematic shares (1, 2) are held until the mixed ones (0, 3) have failed: the
+    # exact decode from 1 and 2 would otherwise end the job before they arrive
+    gate = await gate_stragglers(indices=[1, 2], client=c)
     job = await dask_bacc.submit_coded(
         positive_on_integers,
         data,
@@ -216,8 +219,15 @@ async def test_a_mixed_share_outside_the_transform_is_a_domain_failure(c, s, *wo
         transform="log",
         client=c,
     )
+    mixed = [(f"bacc-eval-{job.token}", i) for i in (0, 3)]
+    await until(
+        lambda: all(k in s.tasks and s.tasks[k].state == "memory" for k in mixed),
+        "the mixed shares' results",
+    )
+    await gate.release()
     with pytest.warns(dask_bacc.ApproximationWarning, match="outside transform="):
         out = await job
+    await gate.clear()
     assert job.report.domain_failure and job.report.estimate_method == "exact"
     np.testing.assert_allclose(out, data + 1.0, rtol=1e-13)
 
