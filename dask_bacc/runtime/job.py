@@ -28,7 +28,6 @@ import re
 import time
 import uuid
 import weakref
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -90,6 +89,12 @@ logger = logging.getLogger(__name__)
 CallArg: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]] | TaskRef
 
 _running: set[asyncio.Task[None]] = set()  # strong references to the job loops and clean-ups
+#: seconds a transfer from the workers is given past a job's timeout (the results the
+#: timeout decodes from are still to be fetched then)
+TRANSFER_GRACE = 1.0
+#: seconds without a heartbeat after which a worker counts as not answering (distributed's
+#: workers send one every 0.5 s to a few seconds, depending on the cluster's size)
+SILENT_AFTER = 3.0
 # client -> scheduler address the worker plugin is known to be on
 _worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]] = (
     weakref.WeakKeyDictionary()
@@ -216,6 +221,22 @@ def _job_done(
         if model is None or model.jobs != version:
             answer["view"] = diagnostics.model_view(which, size, seed, dask_scheduler)
     return answer
+
+
+def _silent(workers: list[str], dask_scheduler: Scheduler | None = None) -> list[str]:
+    """On the scheduler: which of ``workers`` sent no heartbeat for longer than
+    ``SILENT_AFTER`` seconds (frozen, or paused for long: still counted as running until
+    ``worker-ttl`` removes them)."""
+    assert dask_scheduler is not None
+    from distributed.metrics import time as now
+
+    t = now()
+    out = []
+    for addr in workers:
+        ws = dask_scheduler.workers.get(addr)
+        if ws is not None and t - ws.last_seen > SILENT_AFTER:
+            out.append(addr)
+    return out
 
 
 def _model_quantiles(
@@ -734,18 +755,39 @@ class CodedJob(JobHandle):
             out = np.dtype(np.float64)
         return out
 
+    def transfer_bound(self) -> float | None:
+        """Seconds a transfer from the workers may still take: up to the job's timeout
+        plus :data:`TRANSFER_GRACE` (the results a timeout decodes from are fetched after
+        it); None without a timeout.
+
+        A frozen worker (SIGSTOP, a long pause) still counts as running on the scheduler
+        until ``worker-ttl`` removes it, and a transfer from it never ends: a decode
+        waiting on one would hold the job past its timeout for as long as the worker is
+        frozen.
+        """
+        if self.timeout is None:
+            return None
+        return max(self.timeout - self._elapsed(), 0.0) + TRANSFER_GRACE
+
     async def gather_values(self, indices: list[int]) -> None:
         """Bring the results of ``indices`` to the client (those not here yet); a result
-        whose worker left is written off."""
+        whose worker left, or (with a timeout) did not send it in time, is written off."""
         want = {i: self._evals[i] for i in indices if i not in self._values and i in self._evals}
         if not want:
             return
-        got = await self.watched_gather(want)
+        bound = self.transfer_bound()
+        got = await self.watched_gather(want, timeout=bound)
         for i in want:
             if isinstance(got.get(i), EvalFailure):  # its type did not reach the client
                 self.decider.rejected(i, got[i].reason)
             elif i in got and got[i] is not None:
                 self._values[i] = np.asarray(got[i])
+            elif self.timeout is not None and self._elapsed() >= self.timeout:
+                self.decider.lost(
+                    i,
+                    f"result not sent by worker {self.workers[i]} within the timeout of "
+                    f"{self.timeout}s (the worker does not answer: frozen?)",
+                )
             else:
                 self.decider.lost(i, f"result lost with worker {self.workers[i]}")
 
@@ -787,6 +829,19 @@ class CodedJob(JobHandle):
                     for i, f in want.items()
                     if f.status == "finished" and self.workers[i] in live
                 }
+                if end is not None:
+                    # past the bound: leave out the results of workers that do not answer
+                    # (frozen: no heartbeat), whose transfer would hold back the others'
+                    # (the client batches concurrent gathers into one request)
+                    silent = set(await _dist.run_on_scheduler(self.client, _silent, sorted(live)))
+                    here = {i: f for i, f in here.items() if self.workers[i] not in silent}
+                    with contextlib.suppress(Exception, FutureCancelledError):
+                        return dict(
+                            await asyncio.wait_for(
+                                _dist.gather(self.client, here, errors="skip"), TRANSFER_GRACE
+                            )
+                        )
+                    return {}
                 with contextlib.suppress(Exception, FutureCancelledError):
                     return dict(await _dist.gather(self.client, here, errors="skip"))
                 return {}
@@ -952,6 +1007,13 @@ class CodedJob(JobHandle):
                 with contextlib.suppress(BaseException):
                     await gather
                 return None
+            try:
+                self._check_overdue("the transfer of the decoded blocks")
+            except InsufficientResults:
+                gather.cancel()
+                with contextlib.suppress(BaseException):
+                    await gather
+                raise
 
     async def _await_stage(
         self, info_fut: Future[Any], used: list[int]
@@ -973,12 +1035,19 @@ class CodedJob(JobHandle):
                 await self._check_workers()
                 if self.decider.decoding is None:
                     return _NOTHING  # a used result was lost with its worker
+                self._check_overdue("the decode on the cluster")
                 continue
             if fut.key != info_fut.key:
                 await self._arrived(fut)
                 continue
             if fut.status == "finished":
-                info: DecodedInfo = await _dist.gather(self.client, fut)
+                try:  # bounded by the timeout: the decode's worker may not answer
+                    info: DecodedInfo = await asyncio.wait_for(
+                        _dist.gather(self.client, fut), self.transfer_bound()
+                    )
+                except asyncio.TimeoutError:
+                    self._check_overdue("the decode on the cluster", now=True)
+                    raise
                 return info
             exc = await _dist.exception(fut) if fut.status == "error" else None
             if isinstance(exc, InconsistentResults):
@@ -997,6 +1066,25 @@ class CodedJob(JobHandle):
             )
             raise error from exc
 
+    def _check_overdue(self, what: str, now: bool = False) -> None:
+        """Past the timeout (and :data:`TRANSFER_GRACE`), a decode on the cluster still
+        running ends the job: a worker it needs does not answer (frozen: the scheduler
+        still counts it as running), and waiting for it would hold the job past its
+        timeout for as long as that lasts. ``now``: the bound ran out already (a wait
+        bounded by :meth:`transfer_bound`)."""
+        if self.timeout is None:
+            return
+        if not now and self._elapsed() < self.timeout + TRANSFER_GRACE:
+            return
+        exc = InsufficientResults(
+            f"coded job {self.token}: {what} did not finish within the timeout of "
+            f"{self.timeout}s: a worker holding a result it decodes from, or running it, "
+            f"does not answer (frozen?); results used: {self.decider.decoding}"
+        )
+        self._sync_report()
+        exc.report = self.report
+        raise exc
+
     async def _drop_stage(self) -> None:
         stage, self._stage = self._stage, []
         if stage:
@@ -1006,13 +1094,28 @@ class CodedJob(JobHandle):
     def _insufficient(self, action: GiveUp) -> Exception:
         rep, need = self.report, self.policy.target(self.code)
         self._sync_report()
-        # one line per kind, naming what was wrong ("InvalidResult: result contains # NaN/inf
-        # value(s)", "worker <addr> left"), with addresses and counts folded
-        reasons = Counter(
-            re.sub(r"\b\d+\b", "#", re.sub(r"[a-z]+://\S+", "<addr>", r))[:160]
-            for r in rep.failed.values()
-        )
-        why = [f"{n} x {r}" for r, n in reasons.most_common()]
+        why = []
+        if self.code.exact or self.decider.exact_only:
+            # an exact decode needs each block's own data: say which blocks lack it
+            # (repetition: "5 of 6 arrived, needs 4" reads as if enough did)
+            rows = self.code.data_rows()
+            if len(rows) == self.code.N or self.decider.exact_only:
+                have = {rows[i] for i in action.usable if i in rows}
+                if lacking := [b for b in range(self.code.K) if b not in have]:
+                    blocks = ", ".join(map(str, lacking[:8])) + (
+                        ", ..." if len(lacking) > 8 else ""
+                    )
+                    why.append(f"no usable copy of block{'s' * (len(lacking) > 1)} {blocks}")
+        # one line per kind of failure ("worker <addr> left", "func raised on coded share 3
+        # ...: ValueError: ..."): reasons that differ only in their numbers and addresses
+        # are one kind, shown by its first reason as it was (the user's message intact)
+        kinds: dict[str, list[str]] = {}
+        for r in rep.failed.values():
+            kind = re.sub(r"\d+", "#", re.sub(r"[a-z]+://\S+", "<addr>", r))
+            kinds.setdefault(kind, []).append(r)
+        for same in sorted(kinds.values(), key=len, reverse=True):
+            like = "" if len(set(same)) == 1 else ", for example"
+            why.append(f"{len(same)} x{like} {same[0][:300]}")
         if action.pending and self.timeout is not None:
             why.append(f"{len(action.pending)} still running at the timeout of {self.timeout}s")
         elif action.pending:
@@ -1024,8 +1127,8 @@ class CodedJob(JobHandle):
             )
         exc = InsufficientResults(
             f"coded job {self.token}: {len(action.usable)} usable result(s) of N={self.code.N} "
-            f"arrived, {type(self.code).__name__} needs {need} (at least "
-            f"{self.code.min_results} and a decodable set); missing: "
+            f"arrived and {type(self.code).__name__} cannot decode from them (it waits for "
+            f"{need}, at least {self.code.min_results} that make a decodable set); missing: "
             + ("; ".join(why) or "none")
             + f" [{action.trigger}]"
         )
