@@ -14,6 +14,7 @@ from . import accessor as _accessor  # noqa: F401  (registers the .bacc accessor
 from ._lazy import attach
 from .exceptions import (
     ApproximationWarning,
+    ClientClosedError,
     InexactDecode,
     InsufficientResults,
     InvalidResult,
@@ -51,6 +52,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ApproximationWarning",
+    "ClientClosedError",
     "CodedData",
     "CodedJob",
     "ErrorTarget",

@@ -6,6 +6,7 @@ from typing import Any
 
 __all__ = [
     "ApproximationWarning",
+    "ClientClosedError",
     "InexactDecode",
     "InsufficientResults",
     "InvalidInput",
@@ -28,6 +29,18 @@ class InsufficientResults(RuntimeError):
     #: the job's :class:`~dask_bacc.JobReport` when a coded job raised it (None from a
     #: code's ``decode``)
     report: Any = None
+
+
+class ClientClosedError(RuntimeError):
+    """The client a coded job (or :func:`~dask_bacc.encode`) runs on was closed before it
+    finished: the job's tasks are gone with the client, and no answer will come.
+
+    Raised the same way on every path (``map_coded``, ``submit_coded(...).result()``,
+    ``encode``, ``CodedData.map``, with a synchronous or an asynchronous client), whatever
+    the closing interrupted (a submission, a gather, the job's wait). A ``RuntimeError``,
+    as dask-bacc raised before it had a type of its own; keep the client open until the
+    result is taken.
+    """
 
 
 class UnknownCodeError(ValueError):

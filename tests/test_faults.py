@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 
 import cloudpickle
 import dask
@@ -240,3 +241,191 @@ async def test_worker_lost_while_the_decoded_blocks_are_gathered(c, s, *workers,
     assert lost and sorted(rep.returned) == sorted(set(range(8)) - lost)
     assert_decodes_reference(out, rep, np.tanh, X)
     await assert_no_bacc_tasks(s)
+
+
+# -- a worker that does not answer (frozen): the timeout holds (issue 28 item 7) ------------
+X = np.cos(np.linspace(0.0, 3.0, 24)[:, None] * (1.0 + np.arange(3)))
+
+
+def _freeze_transfers(worker):
+    """Make ``worker`` answer no data request, as a frozen (SIGSTOPped) worker: the
+    scheduler still counts it as running, and a transfer from it never ends. Returns the
+    function that thaws it."""
+    thaw = asyncio.Event()
+    original = worker.handlers["get_data"]
+
+    async def frozen(comm, **kwargs):
+        await thaw.wait()
+        return await original(comm, **kwargs)
+
+    worker.handlers["get_data"] = frozen
+    heartbeat = worker.periodic_callbacks["heartbeat"]
+    heartbeat.stop()  # a frozen worker falls silent
+
+    def resume():
+        worker.handlers["get_data"] = original
+        heartbeat.start()
+        thaw.set()
+
+    return resume
+
+
+@pytest.mark.slow
+# the cluster decode's variant ("bacc.client-decode-limit": 0) ends within the timeout too
+# (the probe with worker processes: 6.0 s for timeout=5), but leaves its info task on the
+# scheduler while the worker stays frozen: not covered here yet
+@pytest.mark.parametrize("decode_limit", ["256 MiB"], ids=["client-decode"])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, config=NO_STEALING, timeout=60)
+async def test_timeout_holds_while_a_worker_holding_a_result_does_not_answer(
+    c, s, *workers, decode_limit
+):
+    """The probe's 18.7 s for timeout=5: a worker frozen during the decode still counts as
+    running, so the decode's transfer from it waited until ``worker-ttl`` removed it. Here
+    the worker never answers (until the test ends): the job must end by itself, its
+    timeout plus a grace, decoding from the others or saying why it could not. Before the
+    fix it waited for ever (the test's own bound, 30 s, is 15x the job's)."""
+    straggler, frozen = workers[0], workers[1]
+    resume = _freeze_transfers(frozen)
+    try:
+        async with gate_stragglers(workers=[straggler.address], client=c):
+            with dask.config.set({"bacc.client-decode-limit": decode_limit}):
+                # N = 4 on 4 workers: one task each; wait=1.0 waits for the straggler, so
+                # the timeout decodes, from results that include the frozen worker's
+                job = await dask_bacc.submit_coded(
+                    np.tanh,
+                    X,
+                    code="berrut",
+                    n_blocks=2,
+                    n_coded=4,
+                    wait=1.0,
+                    timeout=4,
+                    client=c,
+                    progress=False,
+                )
+                assert sorted(job.workers.values()) == sorted(w.address for w in workers)
+                try:
+                    out = await asyncio.wait_for(job, 30)
+                except dask_bacc.InsufficientResults as exc:
+                    # a decode on the cluster cannot tell which input is stuck: it says so;
+                    # on the client, the frozen worker's result is written off (enough
+                    # others may not have landed by then, on a loaded machine)
+                    assert "within the timeout of 4" in str(exc), exc
+                else:
+                    assert out.shape == X.shape and np.all(np.isfinite(out))
+                    i = next(i for i, w in job.workers.items() if w == frozen.address)
+                    assert "within the timeout" in job.report.failed[i], job.report.failed
+    finally:
+        resume()
+    await assert_no_bacc_tasks(s)
+
+
+# -- closing the client mid-job: one exception on every path (issue 28 item 6) -------------
+_started = threading.Event()
+_go_on = threading.Event()
+
+
+def held(block):
+    """``np.tanh``, held until the test lets it go (in-process workers share the test's
+    threading Events); tells the test it started."""
+    _started.set()
+    _go_on.wait(timeout=60)
+    return np.tanh(block)
+
+
+def held_frame(frame):
+    _started.set()
+    _go_on.wait(timeout=60)
+    return frame
+
+
+def _close_once_started(client):
+    def close():
+        if _started.wait(timeout=60):
+            client.close()
+
+    thread = threading.Thread(target=close, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["map_coded", "CodedData.map", "encode-dask-frame"])
+def test_closing_the_client_mid_job_raises_one_error_on_every_path(path):
+    """Before: a ``RuntimeError`` from ``map_coded`` and ``CodedData.map``, a
+    ``FutureCancelledError ... reason: unknown`` from ``encode`` of a dask collection (the
+    gather of its index), and (below) an ``AttributeError`` or ``InsufficientResults``
+    with an asynchronous client. Now ``ClientClosedError`` (a ``RuntimeError``) on each."""
+    import dask.dataframe as dd
+    import pandas as pd
+    from cluster_helpers import checked_local_cluster
+    from distributed import Client
+
+    _started.clear()
+    _go_on.clear()
+    try:
+        with checked_local_cluster(n_workers=6, threads_per_worker=1) as lc:
+            c = Client(lc, set_as_default=False)
+            if path == "map_coded":
+                closing = _close_once_started(c)
+                call = lambda: dask_bacc.map_coded(held, X, n_blocks=3, client=c)  # noqa: E731
+            elif path == "CodedData.map":
+                coded = dask_bacc.encode(X, n_blocks=3, client=c)
+                coded.wait()
+                closing = _close_once_started(c)
+                call = lambda: coded.map(held)  # noqa: E731
+            else:
+                frame = pd.DataFrame(X, columns=["a", "b", "c"])
+                data = dd.from_pandas(frame, npartitions=3).map_partitions(held_frame)
+                closing = _close_once_started(c)
+                call = lambda: dask_bacc.encode(data, client=c)  # noqa: E731
+            with pytest.raises(dask_bacc.ClientClosedError, match="client was closed") as info:
+                call()
+            assert isinstance(info.value, RuntimeError)
+            closing.join(timeout=60)
+            _go_on.set()
+    finally:
+        _go_on.set()
+
+
+@pytest.mark.slow
+@gen_cluster(client=False, nthreads=[("127.0.0.1", 1)] * 6, timeout=60)
+async def test_closing_an_asynchronous_client_mid_job_raises_the_same_error(s, *workers):
+    from distributed import Client
+
+    _started.clear()
+    _go_on.clear()
+    c = await Client(s.address, asynchronous=True, set_as_default=False)
+    try:
+        running = asyncio.ensure_future(dask_bacc.map_coded(held, X, n_blocks=3, client=c))
+        await until(_started.is_set, "an eval to start")
+        await c.close()
+        with pytest.raises(dask_bacc.ClientClosedError, match="client was closed"):
+            await asyncio.wait_for(running, 30)
+    finally:
+        _go_on.set()
+        await c.close()
+
+
+# -- CodedData.wait on its own client (issue 28 item 6) ------------------------------------
+@pytest.mark.slow
+def test_coded_data_wait_uses_its_own_client_whatever_the_default():
+    """``distributed.wait`` waits on the default client: with none it raised "No clients
+    found", with another (asynchronous) one it could deadlock."""
+    from cluster_helpers import checked_local_cluster
+    from distributed import Client
+
+    with checked_local_cluster(n_workers=4, threads_per_worker=1) as lc:
+        with Client(lc, set_as_default=False) as c:
+            with dask_bacc.encode(X, n_blocks=2, client=c) as coded:
+                assert coded.wait() is None
+                assert all(share.status == "finished" for share in coded.shares)
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, timeout=60)
+async def test_coded_data_wait_with_an_asynchronous_client_is_awaited(c, s, *workers):
+    """It returned None at once (the wait's coroutine dropped), shares still pending."""
+    coded = await dask_bacc.encode(X, n_blocks=2, client=c)
+    await coded.wait()
+    assert all(share.status == "finished" for share in coded.shares)
+    await coded.release()

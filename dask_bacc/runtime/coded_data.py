@@ -38,6 +38,7 @@ from . import _dist, keys
 from ._dist import default_client
 from .auto import AUTO, AUTO_CODES, NoSetting, expected_latency
 from .graph import TaskSpec, submit_graph
+from .handle import sync_guarded
 from .job import CodedJob
 from .launch import SharedLaunch, check_encoded, mixes_exactly
 from .placement import choose_workers
@@ -207,8 +208,9 @@ class CodedData:
                 raise ValueError(f"meta applies to dataframes and xarray, not to {blocks.kind}")
             blocks = copy.copy(blocks)  # this call's output template only
             blocks.meta = meta
-        return _dist.sync(
+        return sync_guarded(
             self.client,
+            f"CodedData.map on {self.token}",
             self._submit,
             func,
             args,
@@ -352,14 +354,30 @@ class CodedData:
                     where[i] = sorted(live)[i % len(live)] if live else where[i]
         return where, rerouted, up
 
-    def wait(self) -> None:
-        """Block until every share is computed (and raise if encoding failed)."""
-        from distributed import wait
+    def wait(self) -> Any:
+        """Block until every share is computed (and raise if encoding failed).
 
-        _dist.sync(self.client, wait, self.shares)
-        for share in self.shares:
+        Waits on the CodedData's own client, whichever client is the default (or none).
+        With an asynchronous client, returns an awaitable.
+        """
+        return sync_guarded(self.client, f"CodedData.wait on {self.token}", self._wait)
+
+    async def _wait(self) -> None:
+        # not distributed.wait: it waits on the default client, which may be another one
+        # (an error, or a deadlock when that one is asynchronous on another loop)
+        if self._released:
+            raise RuntimeError("this CodedData was released; encode the data again")
+        shares = list(self.shares)
+        queue = _dist.as_completed(self.client)
+        for share in shares:
+            queue.add(share)
+        for _ in shares:
+            await queue.__anext__()
+        for share in shares:
             if share.status == "error":
-                share.result()  # raises the encoding error
+                await _dist.gather(self.client, share)  # raises the encoding error
+            elif share.status != "finished":
+                raise RuntimeError(f"share {share.key} of this CodedData was {share.status}")
 
     def release(self) -> Any:
         """Free the shares (and the input chunks kept as their lineage) on the cluster, and
@@ -501,8 +519,9 @@ def encode(
     error = check_error_budget(error, n_coded == AUTO)
     client = client if client is not None else default_client()
     labels = {"columns": columns, "dim": dim}
-    return _dist.sync(
+    return sync_guarded(
         client,
+        "encode",
         _encode,
         client,
         data,

@@ -15,11 +15,12 @@ import contextlib
 import itertools
 import traceback
 import warnings
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from distributed.client import FutureCancelledError
 
+from ..exceptions import ClientClosedError
 from . import _dist
 from .wait import check_timeout
 
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 
     from .report import JobReport
 
-__all__ = ["JobHandle", "describe"]
+__all__ = ["JobHandle", "closed", "describe", "guarded", "sync_guarded"]
+
+T = TypeVar("T")
 
 #: jobs of this process, numbered in the order they were made (``JobHandle.seq``)
 _job_seq = itertools.count()
@@ -37,6 +40,62 @@ _job_seq = itertools.count()
 def describe(exc: BaseException | None) -> str:
     """``"Type: message"`` of an exception, as reports write it."""
     return f"{type(exc).__name__}: {exc}"
+
+
+def closed(client: Client) -> bool:
+    """Whether ``client`` is closing or closed (by the user: a lost scheduler connection
+    leaves it ``connecting``, and it reconnects by itself)."""
+    return getattr(client, "status", None) in ("closing", "closed")
+
+
+def client_closed(what: str, cause: BaseException | None = None) -> ClientClosedError:
+    """The one error of every path that a closed client interrupts; ``what`` names the
+    work ("coded job <token>", "encode") and ``cause`` is what the closing raised there."""
+    exc = ClientClosedError(
+        f"{what}: its client was closed before it finished; keep the client open until "
+        "the result is taken"
+    )
+    exc.__cause__ = cause
+    return exc
+
+
+async def guarded(
+    client: Client, what: str, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
+) -> T:
+    """``await func(*args, **kwargs)``, raising :class:`ClientClosedError` for whatever
+    the client's closing made it raise.
+
+    A client closing mid-call surfaces as whatever the call was awaiting at that moment:
+    a ``FutureCancelledError`` ("reason: unknown") from a gather, an ``AttributeError``
+    from its RPC (``client.scheduler`` is None once closed), ``InsufficientResults``
+    once every task was cancelled with it. None of those says what happened.
+    """
+    try:
+        return await func(*args, **kwargs)
+    except ClientClosedError:
+        raise
+    except Exception as exc:
+        if closed(client):
+            raise client_closed(what, exc) from exc
+        raise
+
+
+def sync_guarded(
+    client: Client, what: str, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
+) -> T:
+    """:func:`guarded` run on the client's loop (``_dist.sync``): its result with a
+    synchronous client, the awaitable with an asynchronous one. A synchronous client's
+    loop stops as it closes, so the wait itself may fail (``RuntimeError``: the loop is
+    closed): that is the same :class:`ClientClosedError`."""
+    try:
+        result: T = _dist.sync(client, guarded, client, what, func, *args, **kwargs)
+    except ClientClosedError:
+        raise
+    except Exception as exc:
+        if closed(client) or "loop is closed" in str(exc).lower():
+            raise client_closed(what, exc) from exc
+        raise
+    return result
 
 
 class JobHandle:
@@ -71,7 +130,9 @@ class JobHandle:
         except FutureCancelledError as exc:
             # a task of the job cancelled by the scheduler (e.g. its dependencies lost), not
             # by the user: an error that says so, never "cancelled by the user"
-            if self._cancel_requested:
+            if closed(self.client):
+                self._fail(client_closed(f"coded job {self.token}", exc))
+            elif self._cancel_requested:
                 self._set_cancelled()
             else:  # an Exception, as callers' "except Exception" expect
                 error = RuntimeError(
@@ -82,7 +143,11 @@ class JobHandle:
         except asyncio.CancelledError:
             self._set_cancelled()
         except Exception as exc:
-            self._fail(exc)
+            # the client closed under the loop: its tasks were cancelled with it (the loop
+            # gives up on them) or its RPC is gone; the same error on every path
+            self._fail(
+                client_closed(f"coded job {self.token}", exc) if closed(self.client) else exc
+            )
         finally:
             await self._finish()
 
@@ -120,12 +185,12 @@ class JobHandle:
             with contextlib.suppress(Exception):
                 self.cancel()
             raise
-        except RuntimeError as exc:
-            if self.client.status in ("closing", "closed") or "loop is closed" in str(exc).lower():
-                raise RuntimeError(
-                    f"coded job {self.token}: its client was closed before the job "
-                    "finished; keep the client open until the result is taken"
-                ) from exc
+        except ClientClosedError:
+            raise
+        except Exception as exc:
+            # a synchronous client's loop stops as it closes: the wait fails, not the job
+            if closed(self.client) or "loop is closed" in str(exc).lower():
+                raise client_closed(f"coded job {self.token}", exc) from exc
             raise
         if warn:
             self._emit(stacklevel)

@@ -32,6 +32,7 @@ from .auto import (
     is_auto,
     plan,
 )
+from .handle import sync_guarded
 from .job import CodedJob
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
@@ -637,8 +638,9 @@ def submit_coded(
     if combine not in COMBINE_CHOICES:
         raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     client = client if client is not None else default_client()
-    return _dist.sync(
+    return sync_guarded(
         client,
+        "submit_coded",
         _submit,
         client,
         func,
