@@ -15,7 +15,7 @@ A policy builds :class:`~.graph.TaskSpec` objects through the job
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -86,6 +86,7 @@ class CodedLaunch(Launch):
         specs = []
         for i in range(code.N):
             task: Callable[..., Any]
+            args: tuple[Any, ...]
             if blocks.local and i in data_rows:
                 # the share is the block itself: read where it was scattered, no encode
                 task, args = block_eval_task, (job.func, chunks[data_rows[i]], call)
@@ -106,7 +107,7 @@ class CodedLaunch(Launch):
         return specs
 
 
-def readers(weights: NDArray[Any], workers: Sequence[str]) -> list[str]:
+def readers(weights: NDArray[Any], workers: Mapping[int, str]) -> list[str]:
     """Where to scatter a block: the worker of the share weighing it most (``weights``:
     its column of the encoding matrix), which then reads it in place, and, if another
     worker's share reads it too, the worker of the next heaviest such share."""
@@ -154,12 +155,18 @@ async def scatter_blocks(
 
     async def send(workers: tuple[str, ...], data: dict[Key, Any]) -> dict[Key, Future[Any]]:
         try:
-            out = await client.scatter(data, workers=[workers[0]], hash=False, asynchronous=True)
+            out = await client.scatter(  # type: ignore[no-untyped-call]
+                data, workers=[workers[0]], hash=False, asynchronous=True
+            )
             if len(workers) > 1:  # worker to worker: the client sends each block once
                 futures = list(out.values())
-                await client.replicate(futures, n=2, workers=list(workers), asynchronous=True)
+                await client.replicate(  # type: ignore[no-untyped-call]
+                    futures, n=2, workers=list(workers), asynchronous=True
+                )
         except Exception:  # a worker left since it was placed: anywhere will do
-            out = await client.scatter(data, hash=False, asynchronous=True)
+            out = await client.scatter(  # type: ignore[no-untyped-call]
+                data, hash=False, asynchronous=True
+            )
         return dict(out)
 
     sent: dict[Key, Future[Any]] = {}
