@@ -49,6 +49,7 @@ from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .handle import JobHandle, describe
 from .launch import CodedLaunch, Launch
+from .placement import silent_workers
 from .quality import JobQuality
 from .report import JobReport
 from .savings import cpu_split, plain_ready, plain_shares, uncoded_tasks
@@ -92,9 +93,6 @@ _running: set[asyncio.Task[None]] = set()  # strong references to the job loops 
 #: seconds a transfer from the workers is given past a job's timeout (the results the
 #: timeout decodes from are still to be fetched then)
 TRANSFER_GRACE = 1.0
-#: seconds without a heartbeat after which a worker counts as not answering (distributed's
-#: workers send one every 0.5 s to a few seconds, depending on the cluster's size)
-SILENT_AFTER = 3.0
 # client -> scheduler address the worker plugin is known to be on
 _worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]] = (
     weakref.WeakKeyDictionary()
@@ -221,22 +219,6 @@ def _job_done(
         if model is None or model.jobs != version:
             answer["view"] = diagnostics.model_view(which, size, seed, dask_scheduler)
     return answer
-
-
-def _silent(workers: list[str], dask_scheduler: Scheduler | None = None) -> list[str]:
-    """On the scheduler: which of ``workers`` sent no heartbeat for longer than
-    ``SILENT_AFTER`` seconds (frozen, or paused for long: still counted as running until
-    ``worker-ttl`` removes them)."""
-    assert dask_scheduler is not None
-    from distributed.metrics import time as now
-
-    t = now()
-    out = []
-    for addr in workers:
-        ws = dask_scheduler.workers.get(addr)
-        if ws is not None and t - ws.last_seen > SILENT_AFTER:
-            out.append(addr)
-    return out
 
 
 def _model_quantiles(
@@ -833,7 +815,9 @@ class CodedJob(JobHandle):
                     # past the bound: leave out the results of workers that do not answer
                     # (frozen: no heartbeat), whose transfer would hold back the others'
                     # (the client batches concurrent gathers into one request)
-                    silent = set(await _dist.run_on_scheduler(self.client, _silent, sorted(live)))
+                    silent = set(
+                        await _dist.run_on_scheduler(self.client, silent_workers, sorted(live))
+                    )
                     here = {i: f for i, f in here.items() if self.workers[i] not in silent}
                     with contextlib.suppress(Exception, FutureCancelledError):
                         return dict(

@@ -15,8 +15,9 @@ A policy builds :class:`~.graph.TaskSpec` objects through the job
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,8 +25,10 @@ from numpy.typing import NDArray
 from ..codes.base import refuse_rounded_integers
 from . import _dist, keys
 from .graph import TaskSpec
-from .placement import choose_workers
+from .placement import SILENT_AFTER, choose_workers, silent_workers
 from .worker import Share, encode_eval_task, eval_task, state
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from dask.typing import Key
@@ -155,24 +158,59 @@ async def scatter_blocks(
 
     async def send(workers: tuple[str, ...], data: dict[Key, Any]) -> dict[Key, Future[Any]]:
         try:
-            out = await client.scatter(  # type: ignore[no-untyped-call]
-                data, workers=[workers[0]], hash=False, asynchronous=True
+            out = await _unless_silent(
+                client,
+                client.scatter(  # type: ignore[no-untyped-call]
+                    data, workers=[workers[0]], hash=False, asynchronous=True
+                ),
+                workers[:1],
             )
-            if len(workers) > 1:  # worker to worker: the client sends each block once
-                futures = list(out.values())
-                await client.replicate(  # type: ignore[no-untyped-call]
-                    futures, n=2, workers=list(workers), asynchronous=True
+        except Exception:  # a worker left or froze since it was placed: any live one
+            live = await _dist.running_workers(client)
+            silent = await _dist.run_on_scheduler(client, silent_workers, sorted(live))
+            alive = [w for w in live if w not in silent and w != workers[0]]
+            out = await client.scatter(  # type: ignore[no-untyped-call]
+                data, workers=alive or None, hash=False, asynchronous=True
+            )
+            return dict(out)
+        if len(workers) > 1:  # worker to worker: the client sends each block once
+            # without the second copy the job still runs: a loss of the first then
+            # makes the shares that read the block erasures
+            with contextlib.suppress(Exception):
+                await _unless_silent(
+                    client,
+                    client.replicate(  # type: ignore[no-untyped-call]
+                        list(out.values()), n=2, workers=list(workers), asynchronous=True
+                    ),
+                    workers,
                 )
-        except Exception:  # a worker left since it was placed: anywhere will do
-            out = await client.scatter(  # type: ignore[no-untyped-call]
-                data, hash=False, asynchronous=True
-            )
         return dict(out)
 
     sent: dict[Key, Future[Any]] = {}
     for part in await asyncio.gather(*(send(w, d) for w, d in by_workers.items())):
         sent.update(part)
     return [sent[(name, j)] for j in range(len(arrays))]
+
+
+class _Silent(Exception):
+    """A worker a transfer waits for sends no heartbeat (frozen)."""
+
+
+async def _unless_silent(client: Client, transfer: Awaitable[T], workers: Sequence[str]) -> T:
+    """``await transfer``, given up (``_Silent``) once one of ``workers`` is found to send
+    no heartbeat: a frozen worker accepts the connection and never answers, and a
+    transfer to it would hold the job back until ``worker-ttl`` removes it. A live worker
+    that is slow to take a large block keeps its heartbeat, so no size limit applies."""
+    task = asyncio.ensure_future(transfer)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=SILENT_AFTER)
+        if done:
+            return task.result()
+        if await _dist.run_on_scheduler(client, silent_workers, list(workers)):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise _Silent(f"worker(s) {list(workers)} send no heartbeat")
 
 
 def local_arrays(blocks: Blocks) -> list[Any]:

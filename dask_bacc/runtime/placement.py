@@ -7,7 +7,11 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-__all__ = ["choose_workers", "place_copies", "spread_order"]
+__all__ = ["SILENT_AFTER", "choose_workers", "place_copies", "silent_workers", "spread_order"]
+
+#: seconds without a heartbeat after which a worker counts as not answering (distributed's
+#: workers send one every 0.5 s to a few seconds, depending on the cluster's size)
+SILENT_AFTER = 3.0
 
 
 def _host(addr: str, info: Mapping[str, Any]) -> str:
@@ -174,3 +178,19 @@ def place_copies(
         used[p].add(q)
         backups.append(q)
     return primaries, backups
+
+
+def silent_workers(workers: list[str], dask_scheduler: Any = None) -> list[str]:
+    """On the scheduler: which of ``workers`` sent no heartbeat for longer than
+    ``SILENT_AFTER`` seconds (frozen, or paused for long: still counted as running until
+    ``worker-ttl`` removes them)."""
+    assert dask_scheduler is not None
+    from distributed.metrics import time as now
+
+    t = now()
+    out = []
+    for addr in workers:
+        ws = dask_scheduler.workers.get(addr)
+        if ws is not None and t - ws.last_seen > SILENT_AFTER:
+            out.append(addr)
+    return out
