@@ -113,8 +113,8 @@ class Blocks:
     #: rebuild may restore per-column dtypes that travelled as one float dtype. The job
     #: sets it.
     exact_decode = False
-    #: The blocks are in this process (NumPy): encoding them here costs one matmul and ships
-    #: N coded shares, instead of K chunks that every one of N encode tasks must fetch.
+    #: The blocks are in this process (NumPy, pandas, in-memory xarray): the job scatters
+    #: the K blocks once each and the eval tasks encode from them (``stacked()``).
     local = False
 
     def __init__(self, K: int, block_shape: tuple[int, ...], dtype: np.dtype):
