@@ -3,10 +3,11 @@ and several ``dask worker`` processes on loopback, each a subprocess of the test
 
 Workers run ``--nthreads 1 --no-nanny``, so SIGKILL really kills the worker (no nanny
 brings it back) and :meth:`ProcessCluster.replace_dead` starts a new ``dask worker``
-process in its place. The scheduler listens on a fixed port with ``--preload
-dask_bacc.diagnostics``; :meth:`ProcessCluster.restart_scheduler` stops it (SIGTERM, then
-SIGKILL) and starts a new one on the same port, so clients and surviving workers can
-reconnect to the same address.
+process in its place; SIGSTOP (:meth:`ProcessCluster.freeze`) freezes the worker itself.
+The scheduler listens on a fixed port with ``--preload dask_bacc.diagnostics``;
+:meth:`ProcessCluster.restart_scheduler` stops it (SIGTERM, then SIGKILL) and starts a
+new one on the same port, so clients and surviving workers can reconnect to the same
+address.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class ProcessCluster:
         self.kills = 0
         self.replaced = 0
         self.all_procs: list[subprocess.Popen] = []
+        self.frozen: set[str] = set()
 
     # -- processes ---------------------------------------------------------------------
     def _dask(self, *args: str, log: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -159,6 +161,20 @@ class ProcessCluster:
         p.wait()
         self.kills += 1
 
+    def freeze(self, name: str) -> None:
+        """SIGSTOP worker ``name``: it still counts as running on the scheduler (until
+        ``worker-ttl``), but answers nothing and sends no heartbeat."""
+        os.kill(self.workers[name].pid, signal.SIGSTOP)
+        self.frozen.add(name)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT worker ``name`` (harmless if it is not frozen or has exited)."""
+        p = self.workers.get(name)
+        if p is not None and p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)
+        self.frozen.discard(name)
+
     def replace_dead(self) -> int:
         """Start a new worker process for each one that exited; how many were started."""
         started = 0
@@ -182,6 +198,8 @@ class ProcessCluster:
 
     # -- tear-down ---------------------------------------------------------------------
     def close(self) -> None:
+        for name in list(self.frozen):  # a stopped process would not act on SIGTERM
+            self.resume(name)
         # workers first: a worker whose scheduler is gone keeps retrying to connect
         workers = [p for p in self.all_procs if p is not self.scheduler]
         for group in (workers, [self.scheduler] if self.scheduler else []):
@@ -194,3 +212,19 @@ class ProcessCluster:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+
+
+def bacc_tasks(dask_scheduler=None) -> list[str]:
+    """On the scheduler (``client.run_on_scheduler(bacc_tasks)``): its ``bacc-`` tasks,
+    with their state and whether the worker they are pinned to is still there."""
+    out = []
+    for key, ts in dask_scheduler.tasks.items():
+        if "bacc-" in str(key):
+            pinned = sorted(ts.worker_restrictions or ())
+            alive = all(w in dask_scheduler.workers for w in pinned)
+            out.append(f"{key} state={ts.state} pinned-worker-alive={alive}")
+    return out
+
+
+# pickled by value: the scheduler cannot import this file
+bacc_tasks.__module__ = "__main__"

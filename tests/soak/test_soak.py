@@ -59,6 +59,7 @@ from dask_bacc.testing import Bimodal, inject_stragglers
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cluster import ProcessCluster
+from cluster import bacc_tasks as _bacc_tasks
 
 _ENV = os.environ.get("DASK_BACC_SOAK", "").strip().lower()
 MODE = "full" if _ENV == "full" else "bounded"
@@ -403,21 +404,6 @@ def _slope(samples: list[tuple[int, int]]) -> float | None:
     x = np.array([s[0] for s in samples], float)
     y = np.array([s[1] for s in samples], float)
     return float(np.polyfit(x, y, 1)[0] * 1000 / 2**20)
-
-
-def _bacc_tasks(dask_scheduler=None) -> list[str]:
-    """On the scheduler: its bacc- tasks, with their state and whether the worker they are
-    pinned to is still there."""
-    out = []
-    for key, ts in dask_scheduler.tasks.items():
-        if "bacc-" in str(key):
-            pinned = sorted(ts.worker_restrictions or ())
-            alive = all(w in dask_scheduler.workers for w in pinned)
-            out.append(f"{key} state={ts.state} pinned-worker-alive={alive}")
-    return out
-
-
-_bacc_tasks.__module__ = "__main__"  # pickled by value: workers cannot import this file
 
 
 @pytest.fixture
