@@ -59,6 +59,25 @@ async def test_two_chunks_on_four_workers_decode_without_a_straggler(c, s, *work
     assert out.shape == y.shape and np.isfinite(out).all()
 
 
+@gen_cluster(client=True, nthreads=FOUR[:3])
+async def test_map_coded_on_three_workers_leaves_one_result_spare(c, s, *workers):
+    """The same rule for map_coded (one concept, in the default wait): Berrut on 2 blocks
+    and 3 workers has N = 3, and its default wait (ceil(0.75 * 3) = 3) would have been
+    every result."""
+    from dask_bacc.codes.registry import get_code
+    from dask_bacc.runtime.wait import resolve_wait
+
+    assert resolve_wait(None, get_code("berrut", 2, 3)).target(get_code("berrut", 2, 3)) == 2
+    assert resolve_wait(None, get_code("berrut", 4, 8)).target(get_code("berrut", 4, 8)) == 6
+    X = np.random.default_rng(3).standard_normal((8, 3))
+    async with gate_stragglers(indices=[1], client=c):
+        job = await dask_bacc.submit_coded(tanh, X, n_blocks=2, code="berrut", client=c)
+        await job
+    assert (job.report.N, job.report.wait_target) == (3, 2)
+    assert job.report.straggled == [1]
+    await idle(workers)
+
+
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_too_many_chunks_for_the_workers_raises_at_coded_time(c, s, *workers):
     """8 chunks on 4 workers: refused by coded() itself (nothing computed), counting all 4

@@ -19,7 +19,8 @@ import dask_bacc
 from dask_bacc.codes.registry import get_code
 from dask_bacc.diagnostics import PLUGIN_NAME
 from dask_bacc.diagnostics.dashboard import BaccPage
-from dask_bacc.runtime.report import JobReport, describe_method, describe_trigger
+from dask_bacc.diagnostics.words import describe_method, describe_trigger
+from dask_bacc.runtime.report import JobReport
 from dask_bacc.testing import gate_stragglers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

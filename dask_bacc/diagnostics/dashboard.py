@@ -27,8 +27,8 @@ from bokeh.models.annotations import Label, Span, Title
 from bokeh.models.widgets import DataTable, Div, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
-from ..runtime.report import describe_trigger
 from .plugin import PLUGIN_NAME
+from .words import describe_trigger
 
 __all__ = ["OUTCOME_COLORS", "BaccPage", "bacc_doc"]
 

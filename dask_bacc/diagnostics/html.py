@@ -79,7 +79,7 @@ def _link(url: str | None) -> str:
 
 def _report_rows(rep: Any) -> list[tuple[str, str]]:
     from ..codes.registry import code_label
-    from ..runtime.report import describe_method
+    from .words import describe_method
 
     def seconds(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f} s"

@@ -38,7 +38,7 @@ from .submit import (
     submit_coded,
     submit_layer,
 )
-from .wait import FirstK, WaitPolicy, check_timeout, resolve_wait
+from .wait import WaitPolicy, check_timeout, resolve_wait
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -312,16 +312,14 @@ def _plan(
     code_options: dict[str, Any] | None,
     adversaries: int | None,
     running: int | None,
-) -> dict[str, Any]:
+) -> None:
     """Check the coded job a rewritten collection runs, on K blocks and ``running``
-    workers; return the ``n_coded``/``wait`` it runs with where coded() chooses them.
+    workers.
 
     The driver task's worker runs no coded task when the others suffice (it holds the
     decoded blocks the output chunks read: a straggler there would hold them back), so
-    the default N is planned for ``running - 1`` workers. On that count an approximate
-    code's default wait can come to every one of its N results (Berrut, 2 blocks, 4
-    workers: N = 3, ``ceil(0.75 * 3) = 3``), and the job would be as slow as its slowest
-    task: coded() then waits for ``N - 1``, keeping the default's grace.
+    the default N is planned for ``running - 1`` workers (Berrut, 2 blocks, 4 workers:
+    N = 3, whose default wait is then N - 1, :func:`~dask_bacc.runtime.wait.resolve_wait`).
 
     Called by :func:`coded` (``running`` from the client, or None: no cluster checks)
     and again in the driver task, on the cluster it runs on.
@@ -339,9 +337,9 @@ def _plan(
                 "code='speculative' runs each task with a backup when it runs late and "
                 "waits for every block: n_coded and wait do not apply"
             )
-        return {}
+        return
     if adversaries or (running is None and n_coded is None and not isinstance(code, Code)):
-        return {}  # (robust decoding sizes N and wait itself, in the job)
+        return  # (robust decoding sizes N and wait itself, in the job)
     options = dict(code_options or {})
     usable = None if running is None else max(running - 1, 1)
     if isinstance(code, Code):
@@ -361,13 +359,7 @@ def _plan(
             "larger chunks (rechunk or repartition the input before the map), or add "
             "workers"
         )
-    policy = resolve_wait(wait, coder)  # a wait the code cannot take raises here
-    if wait is None and not coder.exact and policy.target(coder) >= coder.N > coder.min_results:
-        spare: dict[str, Any] = {"wait": FirstK(coder.N - 1, grace=policy.grace)}
-        if not isinstance(code, Code):
-            spare["n_coded"] = coder.N  # the wait is for this N
-        return spare
-    return {}
+    resolve_wait(wait, coder)  # a wait the code cannot take raises here
 
 
 def _too_few(code: str, K: int, N: int, running: int, usable: int) -> str:
@@ -457,18 +449,15 @@ def _drive(
         w.get("status", "running") == "running"
         for w in _dist.sync(client, _dist.identity, client).get("workers", {}).values()
     )
-    options = {
-        **options,
-        **_plan(
-            options["code"],
-            K,
-            options["n_coded"],
-            options["wait"],
-            options["code_options"],
-            options["adversaries"],
-            running or None,
-        ),
-    }
+    _plan(
+        options["code"],
+        K,
+        options["n_coded"],
+        options["wait"],
+        options["code_options"],
+        options["adversaries"],
+        running or None,
+    )
     # no coded task of this job on this worker: a straggler there would hold the thread
     # the collection's output chunks (which read this task's result, here) need
     avoid = AVOID_WORKERS.set((get_worker().address,))

@@ -312,7 +312,6 @@ class SpeculativeLaunch(Launch):
         self.rule = rule
         self.interval = rule.interval
         self.launched_at: dict[int, float] = {}
-        self._blocks: Sequence[Future[Any]] = []  # the blocks on the cluster
         self._call: CallArg | None = None
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
@@ -322,16 +321,18 @@ class SpeculativeLaunch(Launch):
             # the backup of block j runs elsewhere: a second copy survives j's worker
             homes = [[job.workers[j], job.workers[(j + 1) % K]][: min(K, 2)] for j in range(K)]
             arrays = local_arrays(job.blocks)
-            self._blocks = await scatter_blocks(job.client, arrays, homes, job.token)
+            chunks = await scatter_blocks(job.client, arrays, homes, job.token)
         else:
-            self._blocks = await job.blocks.to_futures(job.client)
-        job._chunks = list(self._blocks)
+            chunks = await job.blocks.to_futures(job.client)
+        # held by the job alone, which drops them when it ends (the launch may outlive it,
+        # e.g. in a traceback, and must not keep the blocks on the cluster)
+        job._chunks = list(chunks)
         self.launched_at = dict.fromkeys(range(K), job._elapsed())
         return [self._spec(job, j, j, call) for j in range(K)]
 
     def _spec(self, job: CodedJob, i: int, j: int, call: CallArg) -> TaskSpec:
         """Copy ``i`` of block ``j`` (``i >= K``: a backup)."""
-        spec = job.eval_spec(i, self._blocks[j], call, backup=i >= job.code.K)
+        spec = job.eval_spec(i, job._chunks[j], call, backup=i >= job.code.K)
         if job.blocks.local:  # its own copy of the scattered block, as block_eval_task says
             spec.func = block_eval_task
         return spec

@@ -6,48 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..codes.registry import code_label
+from ..diagnostics.words import describe_method, describe_trigger
 
-__all__ = ["JobReport", "describe_method", "describe_trigger"]
-
-#: what started a job's decode (``JobReport.trigger``), in words: the reprs, the progress
-#: bar and the ``/bacc`` page all say it this way
-TRIGGERS = {
-    "wait": "the wait target was met",
-    "exact": "every block's own data was in (exact, before the wait target)",
-    "all": "every result was in",
-    "error": "the error estimate met its target",
-    "exhausted": "no more results could arrive",
-    "timeout": "the timeout",
-    "exact-impossible": "no exact decode was possible any more",
-}
-
-#: how a job's error estimate was made (``JobReport.estimate_method``), in words
-METHODS = {
-    "exact": "the decode is exact",
-    "embedded-fh1": "against the degree-1 Floater-Hormann interpolant of the same results",
-    "embedded-fh3": "against the degree-3 Floater-Hormann interpolant of the same results",
-    "ill-conditioned": "the decode is too ill-conditioned to estimate",
-    "unreliable": "too few results to check an estimate against",
-    "exact-unchecked": "exact if f is a polynomial of the code's degree (no spare result "
-    "to check it)",
-    "unknown": "no estimate could be made",
-}
-
-
-def describe_trigger(trigger: str | None) -> str:
-    """What started the decode, in words (``"-"`` before it)."""
-    if trigger is None:
-        return "-"
-    return TRIGGERS.get(trigger, trigger)
-
-
-def describe_method(method: str | None) -> str:
-    """The error estimate's method in words, with its name (as in ``estimate_method`` and
-    docs/accuracy.md): ``"embedded-fh1: against the degree-1 ..."``."""
-    if method is None:
-        return "-"
-    words = METHODS.get(method)
-    return method if words is None else f"{method}: {words}"
+__all__ = ["JobReport"]
 
 
 @dataclass
@@ -92,8 +53,8 @@ class JobReport:
         What started the decode: ``"wait"`` (policy met), ``"exact"`` (a systematic or
         repetition code: every block's own data arrived before the wait target),
         ``"all"`` / ``"error"`` (``dask_bacc.until``), ``"timeout"`` or ``"exhausted"``
-        (no more results can arrive, decoding from what did); :func:`describe_trigger`
-        says each in words.
+        (no more results can arrive, decoding from what did);
+        :func:`~dask_bacc.diagnostics.words.describe_trigger` says each in words.
     target_met : float or None
         When the wait policy's target was met (the decode follows at once, or after the
         policy's grace period for approximate codes).

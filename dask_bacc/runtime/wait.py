@@ -231,8 +231,9 @@ def resolve_wait(wait: int | float | str | WaitPolicy | None, code: Code) -> Wai
     """Turn the user's ``wait=`` into a policy and check that ``code`` can decode from it.
 
     Defaults: an approximate code waits for ``bacc.wait.<name>`` (Berrut and spline: a
-    fraction of N, 0.75 out of the box), then keeps collecting for ``bacc.wait.grace``
-    (0.2) times the time that took;
+    fraction of N, 0.75 out of the box; never all N when it can decode from fewer: a
+    small N then waits for N - 1), then keeps collecting for ``bacc.wait.grace`` (0.2)
+    times the time that took;
     exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``, plus one
     spare result that checks the decode when N allows; repetition: a copy of every block;
     uncoded: all K). An explicit ``wait=k`` or
@@ -246,6 +247,10 @@ def resolve_wait(wait: int | float | str | WaitPolicy | None, code: Code) -> Wai
                 float(config.get("wait").get(code.name, config.get("wait.other"))),
                 grace=float(config.get("wait.grace")),
             )
+            if policy.target(code) >= code.N > code.min_results:
+                # a small N (Berrut, 2 blocks on 4 workers: N = 3, ceil(0.75 * 3) = 3):
+                # waiting for every result would be as slow as the slowest task
+                policy = FirstK(code.N - 1, grace=policy.grace)
     elif isinstance(wait, WaitPolicy):
         policy = wait
     elif isinstance(wait, bool):
