@@ -123,3 +123,40 @@ async def test_list_and_pandas_input_are_scattered_once(c, s, *workers):
     df = pd.DataFrame(rng.standard_normal((400, 500)))
     out, _ = await check_sent_once(c, s, df, df.to_numpy().nbytes, code="repetition")
     pd.testing.assert_frame_equal(out, 2.0 * df)
+
+
+def shares_on(s, token):
+    """The CodedData's share tasks on the scheduler."""
+    return [
+        ts
+        for key, ts in s.tasks.items()
+        if (p := keys.parse(key)) is not None and p.kind == "encode" and p.token == token
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", ["systematic-spline", "repetition"])
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_encode_of_numpy_input_scatters_each_block_once(c, s, *workers, code):
+    """``dask_bacc.encode`` of in-memory data: the K blocks scattered once, the N share
+    tasks encode from them on the workers (their specs hold keys: the graph carried the N
+    shares, N/K times the data)."""
+    X = np.random.default_rng(2).standard_normal((400, 500))
+    plugin = Chunks()
+    s.add_plugin(plugin)
+    try:
+        with dask.config.set(SMALL_GRAPH):
+            before = scattered(s, c)
+            data = await dask_bacc.encode(X, code=code, n_blocks=K, client=c)
+            chunks = chunks_on(s, data.token)
+            assert len(chunks) == K and scattered(s, c) - before == K
+            assert sum(n for n, _, _ in chunks.values()) == X.nbytes
+            N = data.code.N
+            await until(lambda: len(shares_on(s, data.token)) == N, "the share tasks")
+            shares = shares_on(s, data.token)
+            assert max(len(pickle.dumps(ts.run_spec)) for ts in shares) < 10_000
+            job = await data.submit(twice)
+            assert_decodes_reference(await job, job.report, twice, X)
+            data.release()
+    finally:
+        s.remove_plugin(name=plugin.name)
