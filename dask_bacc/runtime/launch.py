@@ -110,7 +110,7 @@ class CodedLaunch(Launch):
         return specs
 
 
-def readers(weights: NDArray[Any], workers: Mapping[int, str]) -> list[str]:
+def readers(weights: NDArray[Any], workers: Sequence[str] | Mapping[int, str]) -> list[str]:
     """Where to scatter a block: the worker of the share weighing it most (``weights``:
     its column of the encoding matrix), which then reads it in place, and, if another
     worker's share reads it too, the worker of the next heaviest such share."""
