@@ -52,8 +52,19 @@ def chunks_on(s, token):
 
 
 def scattered(s, c):
-    """How many keys the client ``c`` has scattered (the scheduler's event log)."""
-    return sum(e["count"] for _, e in s.get_events(c.id) if e.get("action") == "scatter")
+    """How many keys the client ``c`` has told the scheduler it scattered (its
+    ``update_data`` calls, counted from the first call of this on ``s``)."""
+    counts = s.__dict__.setdefault("_test_scattered", {})
+    if "handler" not in counts:
+        original = s.handlers["update_data"]
+
+        def counting(*args, client=None, nbytes=None, **kwargs):
+            if client == c.id:
+                counts[c.id] = counts.get(c.id, 0) + len(nbytes or {})
+            return original(*args, client=client, nbytes=nbytes, **kwargs)
+
+        s.handlers["update_data"] = counts["handler"] = counting
+    return counts.get(c.id, 0)
 
 
 def evals_on(s, token):

@@ -233,7 +233,8 @@ async def test_worker_killed_mid_job_and_all_workers_gone(c, s, *nannies):
     await asyncio.gather(*(n.kill() for n in nannies))  # nannies[0] restarted its worker
     # (or the scattered input blocks, on those workers too, went with them)
     with pytest.raises(
-        dask_bacc.InsufficientResults, match=r"left before returning|input data was lost"
+        dask_bacc.InsufficientResults,
+        match=r"left before returning|input data was lost|lost with worker",
     ):
         await job
 

@@ -524,12 +524,18 @@ class CodedJob(JobHandle):
                 self._cause = exc
             if not d.erred(i, now, describe(exc)):
                 return
-        elif not d.erred(
-            i, now, f"task {fut.status} (by another client, or its input data was lost)"
-        ):
+        elif not d.erred(i, now, self._why_cancelled(fut)):
             return
         assert self._monitor is not None  # set in _submit, before any task was launched
         self._monitor.arrived(len(d.usable))
+
+    def _why_cancelled(self, fut: Future[Any]) -> str:
+        """Why an eval ended without a result or an exception: its scattered input block
+        went with the workers that held it (a block is not re-sent), else someone else's
+        doing."""
+        if any(c.status in ("lost", "cancelled") for c in self._chunks):
+            return f"task {fut.status}: an input block it reads was lost with worker(s) that left"
+        return f"task {fut.status} (by another client, or its input data was lost)"
 
     def _failed(self, i: int, now: float, failure: EvalFailure) -> bool:
         """Coded task ``i`` returned ``failure``: func raised, or its result is NaN/inf or

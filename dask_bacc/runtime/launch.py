@@ -161,7 +161,7 @@ async def scatter_blocks(
             out = await _unless_silent(
                 client,
                 client.scatter(  # type: ignore[no-untyped-call]
-                    data, workers=[workers[0]], hash=False, asynchronous=True
+                    data, workers=[workers[0]], hash=False, direct=True, asynchronous=True
                 ),
                 workers[:1],
             )
@@ -170,7 +170,7 @@ async def scatter_blocks(
             silent = await _dist.run_on_scheduler(client, silent_workers, sorted(live))
             alive = [w for w in live if w not in silent and w != workers[0]]
             out = await client.scatter(  # type: ignore[no-untyped-call]
-                data, workers=alive or None, hash=False, asynchronous=True
+                data, workers=alive or None, hash=False, direct=True, asynchronous=True
             )
             return dict(out)
         if len(workers) > 1:  # worker to worker: the client sends each block once
