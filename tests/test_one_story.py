@@ -51,11 +51,11 @@ async def test_systematic_shortcut_one_story(c, s, *workers):
     X = np.random.default_rng(0).standard_normal((40, 3))
     gate = await gate_stragglers(indices=parity, interruptible=False, client=c)
     job = await dask_bacc.submit_coded(
-        story, X, n_blocks=K, n_coded=N, wait=6, client=c, code="systematic-spline"
+        story, X, n_blocks=K, n_coded=N, client=c, code="systematic-spline"
     )
     await job
     rep = job.report
-    # every block's own data was in before the wait target (6): an exact early decode
+    # every block's own data was in before the (default) wait target, 6: an exact early decode
     assert sorted(rep.returned) == sorted(rows) and rep.error_estimate == 0
     assert rep.trigger == "exact"
     stats = await closed_stats(s, job.token)

@@ -129,11 +129,14 @@ async def scatter_blocks(
 
     Scattered, not held in task specs: a task spec travels inside the graph, through the
     scheduler, which keeps it for as long as the task exists (distributed warns of any
-    graph above 10 MB), and a job of N > K shares made the graph N/K times the data. A
-    scattered block is not recomputed when its worker leaves: the second copy, on a
-    worker whose task reads the block anyway (:func:`readers`), keeps the job going
-    after one loss; the tasks that still needed a block lost with all its copies are
-    erasures (the job reports "its input data was lost").
+    graph above 10 MB), and a job of N > K shares made the graph N/K times the data and
+    held a pickled copy of it on the client. A scattered block is not recomputed when its
+    worker leaves: the second copy, on a worker whose task reads the block anyway
+    (:func:`readers`), keeps the job going after one loss; the tasks that still needed a
+    block lost with all its copies are erasures ("an input block it reads was lost with
+    worker(s) that left"). A transfer to a worker found silent (no heartbeat: frozen) is
+    given up and the block goes to a live worker; the second copy is given
+    ``SILENT_AFTER`` seconds and skipped after that.
 
     Parameters
     ----------
@@ -174,15 +177,16 @@ async def scatter_blocks(
             )
             return dict(out)
         if len(workers) > 1:  # worker to worker: the client sends each block once
-            # without the second copy the job still runs: a loss of the first then
-            # makes the shares that read the block erasures
+            # a second copy where another share reads the block: one lost worker then
+            # does not lose the block. Bounded: without it the job still runs (the reader
+            # fetches the block when its task needs it), so a slow or frozen first worker
+            # must not hold the job here
             with contextlib.suppress(Exception):
-                await _unless_silent(
-                    client,
+                await asyncio.wait_for(
                     client.replicate(  # type: ignore[no-untyped-call]
                         list(out.values()), n=2, workers=list(workers), asynchronous=True
                     ),
-                    workers,
+                    SILENT_AFTER,
                 )
         return dict(out)
 

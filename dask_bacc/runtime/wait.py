@@ -35,6 +35,11 @@ class WaitPolicy:
     #: to meet it (approximate codes only): results that arrive in the same burst make the
     #: estimate better, while stragglers are far behind. 0 decodes at the target at once.
     grace: float = 0.0
+    #: Decode before the target once the results give every block exactly (a systematic
+    #: code's shortcut). The default waits do; a ``wait=`` the caller gave is kept to
+    #: (its extra results screen the systematic ones: a corrupted one would be decoded
+    #: as "exact" otherwise).
+    early_exact: bool = True
 
     def target(self, code: Code) -> int:
         """Usable results to wait for with this code (clipped to ``[min_results, N]``)."""
@@ -47,16 +52,16 @@ class WaitPolicy:
     def is_met(self, returned: Collection[int], code: Code) -> bool:
         """Whether the results in ``returned`` are enough to decode now.
 
-        Met at the target count if the set is decodable, or earlier when the set already
-        gives every block exactly (systematic Berrut once all K systematic tasks returned):
-        waiting longer could not improve the answer.
+        Met at the target count if the set is decodable, or, with :attr:`early_exact`,
+        earlier when the set already gives every block exactly (systematic Berrut once all
+        K systematic tasks returned).
         """
         returned = list(returned)
         if len(returned) >= self.target(code) and code.can_decode(returned):
             return True
         # an approximate (systematic) code whose set is exact; an exact code waits for
         # its target (Lagrange's default includes a spare result to check the decode)
-        return not code.exact and code.is_exact(returned)
+        return self.early_exact and not code.exact and code.is_exact(returned)
 
     def validate(self, code: Code) -> None:
         """Raise ``ValueError`` if the code can never decode from what this policy waits for."""
@@ -68,6 +73,7 @@ class FirstK(WaitPolicy):
 
     k: int
     grace: float = 0.0
+    early_exact: bool = True
 
     def __post_init__(self) -> None:
         _check_grace(self.grace)
@@ -95,6 +101,7 @@ class Fraction(WaitPolicy):
 
     fraction: float
     grace: float = 0.0
+    early_exact: bool = True
 
     def __post_init__(self) -> None:
         _check_grace(self.grace)
@@ -231,13 +238,15 @@ def resolve_wait(wait: int | float | str | WaitPolicy | None, code: Code) -> Wai
     """Turn the user's ``wait=`` into a policy and check that ``code`` can decode from it.
 
     Defaults: an approximate code waits for ``bacc.wait.<name>`` (Berrut and spline: a
-    fraction of N, 0.75 out of the box; never all N when it can decode from fewer: a
-    small N then waits for N - 1), then keeps collecting for ``bacc.wait.grace`` (0.2)
+    fraction of N, 0.75 out of the box; a fraction below 1 that rounds up to all N
+    results, at a small N, waits for N - 1), then keeps collecting for ``bacc.wait.grace`` (0.2)
     times the time that took;
     exact codes wait for their recovery threshold (Lagrange: ``degree*(K-1)+1``, plus one
     spare result that checks the decode when N allows; repetition: a copy of every block;
     uncoded: all K). An explicit ``wait=k`` or
-    ``wait=fraction`` has no grace; pass ``FirstK(k, grace=...)`` for one.
+    ``wait=fraction`` has no grace and is waited for even when the systematic results
+    give every block exactly before (they are screened against the others); pass
+    ``FirstK(k, grace=...)`` for a grace, ``early_exact=True`` for the shortcut.
     """
     if wait is None:
         if code.exact:  # Lagrange: one spare result checks that f is a polynomial
@@ -247,18 +256,18 @@ def resolve_wait(wait: int | float | str | WaitPolicy | None, code: Code) -> Wai
                 float(config.get("wait").get(code.name, config.get("wait.other"))),
                 grace=float(config.get("wait.grace")),
             )
-            if policy.target(code) >= code.N > code.min_results:
-                # a small N (Berrut, 2 blocks on 4 workers: N = 3, ceil(0.75 * 3) = 3):
-                # waiting for every result would be as slow as the slowest task
+            if policy.fraction < 1 and policy.target(code) >= code.N > code.min_results:
+                # a small N (Berrut, 2 blocks on 4 workers: N = 3, ceil(0.75 * 3) = 3)
+                # rounds a fraction below 1 up to every result: as slow as the slowest task
                 policy = FirstK(code.N - 1, grace=policy.grace)
     elif isinstance(wait, WaitPolicy):
         policy = wait
     elif isinstance(wait, bool):
         raise TypeError("wait must be an int, a float in (0, 1] or a WaitPolicy, not a bool")
     elif isinstance(wait, numbers.Integral):
-        policy = FirstK(int(wait))
+        policy = FirstK(int(wait), early_exact=False)
     elif isinstance(wait, numbers.Real):
-        policy = Fraction(float(wait))
+        policy = Fraction(float(wait), early_exact=False)
     else:
         raise TypeError(
             "wait must be an int, a float in (0, 1], 'auto' or a WaitPolicy, "
