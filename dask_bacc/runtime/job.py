@@ -745,7 +745,7 @@ class CodedJob(JobHandle):
 
     def transfer_bound(self) -> float | None:
         """Seconds a transfer from the workers may still take: up to the job's timeout
-        plus :data:`TRANSFER_GRACE` (the results a timeout decodes from are fetched after
+        plus ``TRANSFER_GRACE`` (the results a timeout decodes from are fetched after
         it); None without a timeout.
 
         A frozen worker (SIGSTOP, a long pause) still counts as running on the scheduler
@@ -1057,7 +1057,7 @@ class CodedJob(JobHandle):
             raise error from exc
 
     def _check_overdue(self, what: str, now: bool = False) -> None:
-        """Past the timeout (and :data:`TRANSFER_GRACE`), a decode on the cluster still
+        """Past the timeout (and ``TRANSFER_GRACE``), a decode on the cluster still
         running ends the job: a worker it needs does not answer (frozen: the scheduler
         still counts it as running), and waiting for it would hold the job past its
         timeout for as long as that lasts. ``now``: the bound ran out already (a wait

@@ -54,7 +54,7 @@ class JobReport:
         repetition code: every block's own data arrived before the wait target),
         ``"all"`` / ``"error"`` (``dask_bacc.until``), ``"timeout"`` or ``"exhausted"``
         (no more results can arrive, decoding from what did);
-        :func:`~dask_bacc.diagnostics.words.describe_trigger` says each in words.
+        ``dask_bacc.diagnostics.words.describe_trigger`` says each in words.
     target_met : float or None
         When the wait policy's target was met (the decode follows at once, or after the
         policy's grace period for approximate codes).
