@@ -6,10 +6,9 @@ Training loops and prediction serving call a new function on the same data at ev
 whose eval tasks read the shares where they already are.
 
 - The shares are tasks, never scattered data: a share lost with its worker is recomputed
-  by Dask from its lineage (the input chunks: for in-memory data the K blocks, scattered
-  once each to two workers whose shares read them), on another worker. Share tasks are
-  pinned loosely for that reason; each call pins its eval tasks strictly to the worker
-  that holds the share at that moment.
+  by Dask from its lineage (its task spec for in-memory data, the input chunks otherwise),
+  on another worker. Share tasks are pinned loosely for that reason; each call pins its
+  eval tasks strictly to the worker that holds the share at that moment.
 - A straggler of an earlier call may still run on its worker (Python cannot stop a
   thread). Each call waits for the previous call's clean-up (which tells the workers the
   job is over and learns which stragglers still run ``func``: the job holds those until
@@ -33,7 +32,6 @@ import numpy as np
 
 from .. import config
 from ..codes import Code
-from ..codes.base import refuse_rounded_integers
 from ..codes.transform import Transform, TransformSpec, get_transform
 from ..collections import Blocks
 from . import _dist, keys
@@ -42,7 +40,7 @@ from .auto import AUTO, AUTO_CODES, NoSetting, expected_latency
 from .graph import TaskSpec, submit_graph
 from .handle import sync_guarded
 from .job import CodedJob
-from .launch import SharedLaunch, local_arrays, mixes_exactly, readers, scatter_blocks
+from .launch import SharedLaunch, check_encoded, mixes_exactly
 from .placement import choose_workers
 from .submit import (
     _adapt,
@@ -58,7 +56,7 @@ from .submit import (
     safe_code,
 )
 from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
-from .worker import encode_share
+from .worker import encode_share, hold_share
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -103,31 +101,29 @@ class CodedData:
 
     async def _launch(self) -> None:
         """The N share tasks, in one graph, each placed on its worker (loosely: a share
-        lost with its worker is recomputed elsewhere from the input chunks).
+        lost with its worker is recomputed elsewhere from its spec or the input chunks).
 
         Each share is read-only (:func:`~.worker.read_only`): every call's eval reads the
         same object, so an ``f`` that changed its block in place would corrupt every later
         call's answer; it raises instead."""
         code = self.code
-        E = code.encoding_matrix()
+        recipes: list[tuple[Callable[..., Any], tuple[Any, ...]]]
         if self.blocks.local:
-            # scattered once each, as map_coded's in-memory blocks (launch.scatter_blocks):
-            # shares in the graph made it N/K times the data, and the scheduler kept it
-            arrays = local_arrays(self.blocks)
-            exact = mixes_exactly(code)
-            if exact is not None and len(code.data_rows()) < code.N:
-                for a in arrays:  # here, before anything is sent
-                    refuse_rounded_integers(a, exact)
-            homes = [readers(E[:, j], self.workers) for j in range(code.K)]
-            self._chunks = await scatter_blocks(self.client, arrays, homes, self.token)
+            coded = code.shares(self.blocks.stacked())
+            check_encoded(coded)
+            recipes = [(hold_share, (coded[i],)) for i in range(code.N)]
         else:
             self._chunks = await self.blocks.to_futures(self.client)
-        specs = []
-        for i in range(code.N):
-            nz = np.flatnonzero(E[i])
-            args = (E[i, nz], [self._chunks[j] for j in nz], mixes_exactly(code))
-            key = keys.share_key(self.token, i)
-            specs.append(TaskSpec(key, encode_share, args, [self.workers[i]], loose=True))
+            E = code.encoding_matrix()
+            recipes = []
+            for i in range(code.N):
+                nz = np.flatnonzero(E[i])
+                chunks = [self._chunks[j] for j in nz]
+                recipes.append((encode_share, (E[i, nz], chunks, mixes_exactly(code))))
+        specs = [
+            TaskSpec(keys.share_key(self.token, i), fn, args, [self.workers[i]], loose=True)
+            for i, (fn, args) in enumerate(recipes)
+        ]
         futures = submit_graph(self.client, specs)
         self.shares = [futures[spec.key] for spec in specs]
 

@@ -252,6 +252,12 @@ def mixes_exactly(code: Code) -> str | None:
     return code.name if code.exact and not code.keeps_dtype else None
 
 
+def check_encoded(shares: list[NDArray[Any]]) -> None:
+    """Encoding finite data can overflow to inf (huge values times the weights)."""
+    if any(s.dtype.kind == "f" and not np.isfinite(s).all() for s in shares):
+        raise ValueError("encoding overflowed to inf: rescale the data")
+
+
 class SharedLaunch(Launch):
     """The N eval tasks on the shares of a :class:`~.coded_data.CodedData`."""
 

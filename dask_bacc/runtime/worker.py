@@ -69,6 +69,7 @@ __all__ = [
     "eval_hooks",
     "eval_task",
     "hold",
+    "hold_share",
     "is_done",
     "majority",
     "mark_done",
@@ -314,16 +315,34 @@ def read_only(share: Share) -> Share:
     return view
 
 
+def hold_share(share: Share) -> Share:
+    """The task of a ``CodedData`` share of in-memory data: :func:`hold` of ``share`` (in
+    its spec, so it is recomputable), :func:`read_only`.
+
+    Every call of ``CodedData.map`` reads the same share object: an ``f`` that changed
+    its block in place would change the shares of every later call (and, on an in-process
+    cluster, the caller's array), so the share refuses writes and such an ``f`` raises.
+
+    Parameters
+    ----------
+    share : numpy.ndarray or numpy.generic
+        The coded share, encoded on the client.
+
+    Returns
+    -------
+    numpy.ndarray or numpy.generic
+        A read-only view of ``share``.
+    """
+    return read_only(share)
+
+
 def encode_share(
     weights: FloatArray, chunks: list[NDArray[Any]], exact: str | None = None
 ) -> Share:
-    """The task of a ``CodedData`` share: :func:`encode_task` of the input chunks (a dask
-    collection's, or the scattered blocks of in-memory data), :func:`read_only`.
-
-    Every call of ``CodedData.map`` reads the same share object: an ``f`` that changed its
-    block in place would change the shares of every later call (a share that copies one
-    chunk is that chunk itself; on an in-process cluster, possibly the caller's array), so
-    the share refuses writes and such an ``f`` raises.
+    """The task of a ``CodedData`` share of data on the cluster: :func:`encode_task`,
+    :func:`read_only` (as :func:`hold_share`; a share that is a copy of one chunk is that
+    chunk itself, which an in-place ``f`` would otherwise change for every share copying
+    it).
 
     Parameters
     ----------
