@@ -275,6 +275,7 @@ class Soak:
         event = f"bacc-soak-straggler-{uuid.uuid4().hex}"
         t0 = time.monotonic()
         outcome, detail = "ok", ""
+        coded = None
         try:
             coded = dask_bacc.encode(X, code=code, n_blocks=2, n_coded=4, client=client)
             tokens = [coded.token]
@@ -302,6 +303,9 @@ class Soak:
                 outcome, detail = "leak", f"{RELEASE_BOUND}s after release(): {left[:4]}"
         except Exception as exc:
             outcome, detail = type(exc).__name__, str(exc)[:300]
+            if coded is not None:  # as a user would: a failed call does not keep the data
+                with contextlib.suppress(Exception):
+                    coded.release()
         finally:
             with contextlib.suppress(Exception):
                 Event(event, client=client).set()  # the straggler's f returns
