@@ -113,8 +113,9 @@ class Blocks:
     #: rebuild may restore per-column dtypes that travelled as one float dtype. The job
     #: sets it.
     exact_decode = False
-    #: The blocks are in this process (NumPy, pandas, in-memory xarray): the job scatters
-    #: the K blocks once each and the eval tasks encode from them (``stacked()``).
+    #: The blocks are in this process (NumPy, pandas, in-memory xarray): a job scatters
+    #: the K blocks once each and its eval tasks encode from them; ``encode`` encodes the
+    #: N shares here (``stacked()``) and keeps them recomputable in their task specs.
     local = False
 
     def __init__(self, K: int, block_shape: tuple[int, ...], dtype: np.dtype):
