@@ -123,20 +123,21 @@ def readers(weights: NDArray[Any], workers: Sequence[str] | Mapping[int, str]) -
 async def scatter_blocks(
     client: Client, arrays: Sequence[Any], homes: Sequence[Sequence[str]], token: str
 ) -> list[Future[Any]]:
-    """Send the K in-memory blocks ``arrays`` to the cluster: from here once each, to the
-    first worker of ``homes[j]``, and from there to the second, if any, before the tasks
-    that read them are submitted; under the keys ``("bacc-chunk-<token>", j)``.
+    """Send the K in-memory blocks ``arrays`` to the cluster, from here straight to the
+    workers of ``homes[j]`` (one or two readers of the block), before the tasks that read
+    them are submitted; under the keys ``("bacc-chunk-<token>", j)``.
 
     Scattered, not held in task specs: a task spec travels inside the graph, through the
     scheduler, which keeps it for as long as the task exists (distributed warns of any
     graph above 10 MB), and a job of N > K shares made the graph N/K times the data and
-    held a pickled copy of it on the client. A scattered block is not recomputed when its
-    worker leaves: the second copy, on a worker whose task reads the block anyway
-    (:func:`readers`), keeps the job going after one loss; the tasks that still needed a
-    block lost with all its copies are erasures ("an input block it reads was lost with
-    worker(s) that left"). A transfer to a worker found silent (no heartbeat: frozen) is
-    given up and the block goes to a live worker; the second copy is given
-    ``SILENT_AFTER`` seconds and skipped after that.
+    held a pickled copy of it on the client. A second reader gets its copy from the
+    client too, not worker to worker: one lost worker then does not lose the block (a
+    scattered block is not recomputed), and repetition's second copy of a block does not
+    wait on the first's worker (``Client.replicate``, worker to worker, crashed a worker
+    in the freeze soak when a job released the key mid-transfer). The tasks that still
+    needed a block lost with all its copies are erasures ("an input block it reads was
+    lost with worker(s) that left"). A transfer to a worker found silent (no heartbeat:
+    frozen) is given up; the first copy then goes to a live worker.
 
     Parameters
     ----------
@@ -145,7 +146,7 @@ async def scatter_blocks(
     arrays : sequence of numpy.ndarray
         The blocks (:func:`local_arrays` of a ``local`` adapter).
     homes : sequence of sequences of str
-        One or two worker addresses per block.
+        One or two worker addresses per block (:func:`readers`).
     token : str
         The job's token.
 
@@ -176,17 +177,17 @@ async def scatter_blocks(
                 data, workers=alive or None, hash=False, direct=True, asynchronous=True
             )
             return dict(out)
-        if len(workers) > 1:  # worker to worker: the client sends each block once
-            # a second copy where another share reads the block: one lost worker then
-            # does not lose the block. Bounded: without it the job still runs (the reader
-            # fetches the block when its task needs it), so a slow or frozen first worker
-            # must not hold the job here
+        if len(workers) > 1:
+            # the second reader's copy from here too: one lost worker does not lose the
+            # block, and that share does not wait on the first worker (a straggler, or
+            # frozen); without it the job still runs
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    client.replicate(  # type: ignore[no-untyped-call]
-                        list(out.values()), n=2, workers=list(workers), asynchronous=True
+                await _unless_silent(
+                    client,
+                    client.scatter(  # type: ignore[no-untyped-call]
+                        data, workers=[workers[1]], hash=False, direct=True, asynchronous=True
                     ),
-                    SILENT_AFTER,
+                    workers[1:],
                 )
         return dict(out)
 
@@ -322,7 +323,7 @@ class SpeculativeLaunch(Launch):
         self._call = call
         K = job.code.K
         if job.blocks.local:
-            # the backup of block j runs elsewhere: a second copy survives j's worker
+            # block j's first copy and, elsewhere, its backup's likely worker
             homes = [[job.workers[j], job.workers[(j + 1) % K]][: min(K, 2)] for j in range(K)]
             arrays = local_arrays(job.blocks)
             chunks = await scatter_blocks(job.client, arrays, homes, job.token)
