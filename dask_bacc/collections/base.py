@@ -113,9 +113,8 @@ class Blocks:
     #: rebuild may restore per-column dtypes that travelled as one float dtype. The job
     #: sets it.
     exact_decode = False
-    #: The blocks are in this process (NumPy, pandas, in-memory xarray): a job scatters
-    #: the K blocks once each and its eval tasks encode from them; ``encode`` encodes the
-    #: N shares here (``stacked()``) and keeps them recomputable in their task specs.
+    #: The blocks are in this process (NumPy): encoding them here costs one matmul and ships
+    #: N coded shares, instead of K chunks that every one of N encode tasks must fetch.
     local = False
 
     def __init__(self, K: int, block_shape: tuple[int, ...], dtype: np.dtype):

@@ -530,9 +530,8 @@ class CodedJob(JobHandle):
         self._monitor.arrived(len(d.usable))
 
     def _why_cancelled(self, fut: Future[Any]) -> str:
-        """Why an eval ended without a result or an exception: its scattered input block
-        went with the workers that held it (a block is not re-sent), else someone else's
-        doing."""
+        """Why an eval ended without a result or an exception: an input chunk it reads
+        went with the workers that held it, else someone else's doing."""
         if any(c.status in ("lost", "cancelled") for c in self._chunks):
             return f"task {fut.status}: an input block it reads was lost with worker(s) that left"
         return f"task {fut.status} (by another client, or its input data was lost)"

@@ -1,8 +1,7 @@
 """Launch policies: which coded tasks a job starts, and when (the job itself is one class).
 
-* :class:`CodedLaunch`: all N coded tasks at once (every code), each share encoded inside
-  its eval task from the input blocks on the cluster (in-memory blocks are scattered there
-  first, once each: :func:`scatter_blocks`);
+* :class:`CodedLaunch`: all N coded tasks at once (every code), shares in the task specs
+  for in-memory data, encoded inside the eval tasks for data on the cluster;
 * :class:`SharedLaunch`: all N at once on the shares a :class:`~.coded_data.CodedData`
   keeps on the workers;
 * :class:`SpeculativeLaunch`: K uncoded tasks, then a backup copy of a slow or failed one
@@ -14,28 +13,21 @@ A policy builds :class:`~.graph.TaskSpec` objects through the job
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..codes.base import refuse_rounded_integers
 from . import _dist, keys
 from .graph import TaskSpec
-from .placement import SILENT_AFTER, choose_workers, silent_workers
-from .worker import Share, encode_eval_task, eval_task, state
-
-T = TypeVar("T")
+from .placement import choose_workers
+from .worker import Share, encode_eval_task
 
 if TYPE_CHECKING:
-    from dask.typing import Key
-    from distributed import Client, Future
+    from distributed import Future
 
     from ..codes import Code
-    from ..collections import Blocks
     from .coded_data import CodedData
     from .job import CallArg, CodedJob
     from .speculative import Speculation
@@ -45,10 +37,8 @@ __all__ = [
     "Launch",
     "SharedLaunch",
     "SpeculativeLaunch",
-    "block_eval_task",
     "mixes_exactly",
     "plan_backups",
-    "scatter_blocks",
 ]
 
 
@@ -73,178 +63,29 @@ class CodedLaunch(Launch):
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         code, blocks = job.code, job.blocks
-        E = code.encoding_matrix()
-        data_rows = code.data_rows()
         if blocks.local:
-            arrays = local_arrays(blocks)
-            exact = mixes_exactly(code)
-            if exact is not None and len(data_rows) < code.N:
-                for a in arrays:  # here, before anything is sent (the workers check too)
-                    refuse_rounded_integers(a, exact)
-            homes = [readers(E[:, j], job.workers) for j in range(code.K)]
-            chunks = await scatter_blocks(job.client, arrays, homes, job.token)
-        else:
-            chunks = await blocks.to_futures(job.client)
-        job._chunks = chunks
+            shares = code.shares(blocks.stacked())
+            check_encoded(shares)
+            return [job.eval_spec(i, shares[i], call) for i in range(code.N)]
+        chunks = job._chunks = await blocks.to_futures(job.client)
+        E = code.encoding_matrix()
         specs = []
         for i in range(code.N):
-            task: Callable[..., Any]
-            args: tuple[Any, ...]
-            if blocks.local and i in data_rows:
-                # the share is the block itself: read where it was scattered, no encode
-                task, args = block_eval_task, (job.func, chunks[data_rows[i]], call)
-            else:
-                nz = np.flatnonzero(E[i])
-                task = encode_eval_task
-                args = (
-                    job.func,
-                    E[i, nz],
-                    [chunks[j] for j in nz],
-                    call,
-                    mixes_exactly(code),
-                )
-            spec = TaskSpec(
-                keys.eval_key(job.token, i), task, (job.token, i, job.seq, *args), [job.workers[i]]
+            nz = np.flatnonzero(E[i])
+            args = (
+                job.token,
+                i,
+                job.seq,
+                job.func,
+                E[i, nz],
+                [chunks[j] for j in nz],
+                call,
+                mixes_exactly(code),
             )
-            specs.append(spec)
+            specs.append(
+                TaskSpec(keys.eval_key(job.token, i), encode_eval_task, args, [job.workers[i]])
+            )
         return specs
-
-
-def readers(weights: NDArray[Any], workers: Sequence[str] | Mapping[int, str]) -> list[str]:
-    """Where to scatter a block: the worker of the share weighing it most (``weights``:
-    its column of the encoding matrix), which then reads it in place, and, if another
-    worker's share reads it too, the worker of the next heaviest such share."""
-    order = [int(i) for i in np.argsort(-np.abs(weights), kind="stable") if weights[i] != 0]
-    first = workers[order[0]]
-    second = next((workers[i] for i in order[1:] if workers[i] != first), None)
-    return [first] if second is None else [first, second]
-
-
-async def scatter_blocks(
-    client: Client, arrays: Sequence[Any], homes: Sequence[Sequence[str]], token: str
-) -> list[Future[Any]]:
-    """Send the K in-memory blocks ``arrays`` to the cluster, from here straight to the
-    workers of ``homes[j]`` (one or two readers of the block), before the tasks that read
-    them are submitted; under the keys ``("bacc-chunk-<token>", j)``.
-
-    Scattered, not held in task specs: a task spec travels inside the graph, through the
-    scheduler, which keeps it for as long as the task exists (distributed warns of any
-    graph above 10 MB), and a job of N > K shares made the graph N/K times the data and
-    held a pickled copy of it on the client. A second reader gets its copy from the
-    client too, not worker to worker: one lost worker then does not lose the block (a
-    scattered block is not recomputed), and repetition's second copy of a block does not
-    wait on the first's worker (``Client.replicate``, worker to worker, crashed a worker
-    in the freeze soak when a job released the key mid-transfer). The tasks that still
-    needed a block lost with all its copies are erasures ("an input block it reads was
-    lost with worker(s) that left"). A transfer to a worker found silent (no heartbeat:
-    frozen) is given up; the first copy then goes to a live worker.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        The job's client (on its loop).
-    arrays : sequence of numpy.ndarray
-        The blocks (:func:`local_arrays` of a ``local`` adapter).
-    homes : sequence of sequences of str
-        One or two worker addresses per block (:func:`readers`).
-    token : str
-        The job's token.
-
-    Returns
-    -------
-    list of distributed.Future
-        The K blocks' futures, in order.
-    """
-    name = f"bacc-chunk-{token}"  # keys.KINDS' "chunk", as Blocks.to_futures names it
-    by_workers: dict[tuple[str, ...], dict[Key, Any]] = {}
-    for j, (block, home) in enumerate(zip(arrays, homes, strict=True)):
-        by_workers.setdefault(tuple(home), {})[(name, j)] = block
-
-    async def send(workers: tuple[str, ...], data: dict[Key, Any]) -> dict[Key, Future[Any]]:
-        try:
-            out = await _unless_silent(
-                client,
-                client.scatter(  # type: ignore[no-untyped-call]
-                    data, workers=[workers[0]], hash=False, direct=True, asynchronous=True
-                ),
-                workers[:1],
-            )
-        except Exception:  # a worker left or froze since it was placed: any live one
-            live = await _dist.running_workers(client)
-            silent = await _dist.run_on_scheduler(client, silent_workers, sorted(live))
-            alive = [w for w in live if w not in silent and w != workers[0]]
-            out = await client.scatter(  # type: ignore[no-untyped-call]
-                data, workers=alive or None, hash=False, direct=True, asynchronous=True
-            )
-            return dict(out)
-        if len(workers) > 1:
-            # the second reader's copy from here too: one lost worker does not lose the
-            # block, and that share does not wait on the first worker (a straggler, or
-            # frozen); without it the job still runs
-            with contextlib.suppress(Exception):
-                await _unless_silent(
-                    client,
-                    client.scatter(  # type: ignore[no-untyped-call]
-                        data, workers=[workers[1]], hash=False, direct=True, asynchronous=True
-                    ),
-                    workers[1:],
-                )
-        return dict(out)
-
-    sent: dict[Key, Future[Any]] = {}
-    for part in await asyncio.gather(*(send(w, d) for w, d in by_workers.items())):
-        sent.update(part)
-    return [sent[(name, j)] for j in range(len(arrays))]
-
-
-class _Silent(Exception):
-    """A worker a transfer waits for sends no heartbeat (frozen)."""
-
-
-async def _unless_silent(client: Client, transfer: Awaitable[T], workers: Sequence[str]) -> T:
-    """``await transfer``, given up (``_Silent``) once one of ``workers`` is found to send
-    no heartbeat: a frozen worker accepts the connection and never answers, and a
-    transfer to it would hold the job back until ``worker-ttl`` removes it. A live worker
-    that is slow to take a large block keeps its heartbeat, so no size limit applies."""
-    task = asyncio.ensure_future(transfer)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=SILENT_AFTER)
-        if done:
-            return task.result()
-        if await _dist.run_on_scheduler(client, silent_workers, list(workers)):
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            raise _Silent(f"worker(s) {list(workers)} send no heartbeat")
-
-
-def local_arrays(blocks: Blocks) -> list[Any]:
-    """The K blocks of a ``local`` adapter as arrays of its dtype, views where they can be
-    (a list's own arrays: ``stacked()`` would copy them all into one)."""
-    from ..collections.numpy import ListBlocks
-
-    if isinstance(blocks, ListBlocks):
-        return [np.asarray(a, dtype=blocks.dtype) for a in blocks.arrays]
-    return list(blocks.stacked())
-
-
-def block_eval_task(
-    token: str,
-    index: int,
-    seq: int,
-    func: Callable[..., Any],
-    block: Share,
-    call: tuple[tuple[Any, ...], dict[str, Any]],
-) -> Any:
-    """:func:`~.worker.eval_task` on a private copy of a scattered in-memory block.
-
-    The scattered block is also read by the other shares that mix it (and by a
-    repetition's other copies, fetched from here later): an ``f`` that writes to its
-    input in place must not change what they read, as when every task got its own copy
-    of its share from its spec."""
-    if state().is_done(token):
-        return None
-    return eval_task(token, index, seq, func, np.array(block, copy=True), call)
 
 
 def mixes_exactly(code: Code) -> str | None:
@@ -317,30 +158,17 @@ class SpeculativeLaunch(Launch):
         self.rule = rule
         self.interval = rule.interval
         self.launched_at: dict[int, float] = {}
+        self._blocks: Sequence[Share | Future[Any]] = []  # arrays held here, or chunks
         self._call: CallArg | None = None
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         self._call = call
-        K = job.code.K
         if job.blocks.local:
-            # block j's first copy and, elsewhere, its backup's likely worker
-            homes = [[job.workers[j], job.workers[(j + 1) % K]][: min(K, 2)] for j in range(K)]
-            arrays = local_arrays(job.blocks)
-            chunks = await scatter_blocks(job.client, arrays, homes, job.token)
+            self._blocks = list(job.blocks.stacked())
         else:
-            chunks = await job.blocks.to_futures(job.client)
-        # held by the job alone, which drops them when it ends (the launch may outlive it,
-        # e.g. in a traceback, and must not keep the blocks on the cluster)
-        job._chunks = list(chunks)
-        self.launched_at = dict.fromkeys(range(K), job._elapsed())
-        return [self._spec(job, j, j, call) for j in range(K)]
-
-    def _spec(self, job: CodedJob, i: int, j: int, call: CallArg) -> TaskSpec:
-        """Copy ``i`` of block ``j`` (``i >= K``: a backup)."""
-        spec = job.eval_spec(i, job._chunks[j], call, backup=i >= job.code.K)
-        if job.blocks.local:  # its own copy of the scattered block, as block_eval_task says
-            spec.func = block_eval_task
-        return spec
+            self._blocks = job._chunks = await job.blocks.to_futures(job.client)
+        self.launched_at = dict.fromkeys(range(job.code.K), job._elapsed())
+        return [job.eval_spec(j, self._blocks[j], call) for j in range(job.code.K)]
 
     async def tick(self, job: CodedJob) -> None:
         d, K = job.decider, job.code.K
@@ -381,5 +209,5 @@ class SpeculativeLaunch(Launch):
             rep.backups.append(i)
             rep.N += 1
             self.launched_at[i] = job._elapsed()
-            specs.append(self._spec(job, i, j, call))
+            specs.append(job.eval_spec(i, self._blocks[j], call, backup=True))
         job._launch_graph(specs)
