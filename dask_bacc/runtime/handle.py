@@ -48,6 +48,17 @@ def closed(client: Client) -> bool:
     return getattr(client, "status", None) in ("closing", "closed")
 
 
+def closing_error(client: Client, what: str, exc: BaseException) -> ClientClosedError | None:
+    """The :class:`ClientClosedError` that ``exc`` stands for when ``client`` is closing
+    (a synchronous client's loop stops as it closes: the wait itself fails with "loop is
+    closed"), else None."""
+    if isinstance(exc, ClientClosedError):
+        return exc
+    if closed(client) or "loop is closed" in str(exc).lower():
+        return client_closed(what, exc)
+    return None
+
+
 def client_closed(what: str, cause: BaseException | None = None) -> ClientClosedError:
     """The one error of every path that a closed client interrupts; ``what`` names the
     work ("coded job <token>", "encode") and ``cause`` is what the closing raised there."""
@@ -89,11 +100,9 @@ def sync_guarded(
     closed): that is the same :class:`ClientClosedError`."""
     try:
         result: T = _dist.sync(client, guarded, client, what, func, *args, **kwargs)
-    except ClientClosedError:
-        raise
     except Exception as exc:
-        if closed(client) or "loop is closed" in str(exc).lower():
-            raise client_closed(what, exc) from exc
+        if (error := closing_error(client, what, exc)) is not None and error is not exc:
+            raise error from exc
         raise
     return result
 
@@ -185,12 +194,11 @@ class JobHandle:
             with contextlib.suppress(Exception):
                 self.cancel()
             raise
-        except ClientClosedError:
-            raise
         except Exception as exc:
             # a synchronous client's loop stops as it closes: the wait fails, not the job
-            if closed(self.client) or "loop is closed" in str(exc).lower():
-                raise client_closed(f"coded job {self.token}", exc) from exc
+            error = closing_error(self.client, f"coded job {self.token}", exc)
+            if error is not None and error is not exc:
+                raise error from exc
             raise
         if warn:
             self._emit(stacklevel)
