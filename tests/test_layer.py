@@ -575,3 +575,62 @@ async def test_no_worker_runs_both_copies_of_a_block(c, s, *workers, persisted):
     for b in range(K):
         by_primary[rep.workers[b]].add(rep.workers[K + b])
     assert all(backups == used - {p} for p, backups in by_primary.items())
+
+
+# -- the driver's copies: held to their workers, re-run when their workers leave -----------
+def held_on_its_worker(b, block_id=None):
+    """Block 0's copies wait for the Event named after their worker; the rest run."""
+    if block_id == (0,):
+        Event(f"bacc-test-held-{get_worker().address}").wait()
+    return affine(b)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_copies_off_the_drivers_worker_are_held_there_and_rerun_when_it_leaves(
+    c, s, *workers
+):
+    """With a worker to avoid (a ``coded()`` driver's), a copy waits for its planned worker
+    strictly: a loose copy could be stolen onto the driver's worker, which its seceded
+    driver leaves idle to the scheduler, and a copy gated there held the output chunks for
+    good (a CI hang on real processes). Once a copy starts, its restriction is lifted. When
+    both workers holding a block's copies leave, the block still comes back, from a worker
+    that is still there."""
+    from dask_bacc.runtime.submit import submit_layer
+
+    K = 3
+    x = da.arange(3 * K, chunks=3).map_blocks(held_on_its_worker)
+    driver = workers[3].address
+    try:
+        job = await submit_layer(c, final_layer(x), "repetition", None, 60, (driver,), True)
+        rep = job.report
+
+        def mine():
+            return {
+                k: s.tasks[k]
+                for k in list(s.tasks)
+                if str(k[0]).startswith(("bacc-copy-", "bacc-primary-"))
+            }
+
+        # block 0's two copies start (and wait on their workers): their restrictions go
+        while len([k for k, ts in mine().items() if k[1] == 0 and not ts.worker_restrictions]) < 2:
+            for k, ts in mine().items():  # the others: strictly on one worker, not the driver's
+                if ts.worker_restrictions:
+                    assert not ts.loose_restrictions and len(ts.worker_restrictions) == 1, k
+                    assert driver not in ts.worker_restrictions
+            await asyncio.sleep(0.01)
+        held = {rep.workers[0], rep.workers[K]}
+        assert len(held) == 2 and driver not in rep.workers
+        [left] = {w.address for w in workers} - held - {driver}
+        await Event(f"bacc-test-held-{left}", client=c).set()  # block 0 may run there
+        for w in workers:
+            if w.address in held:
+                await w.close(executor_wait=False)
+        out = await asyncio.wait_for(job._result(), 30)
+    finally:
+        for w in workers:
+            await Event(f"bacc-test-held-{w.address}", client=c).set()
+    [won] = [i for i in rep.returned if i % K == 0]
+    assert rep.workers[won] == left
+    np.testing.assert_array_equal(
+        np.concatenate([out[k] for k in sorted(out)]), affine(np.arange(3 * K)), strict=True
+    )

@@ -5,9 +5,19 @@ from __future__ import annotations
 import warnings
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SILENT_AFTER", "choose_workers", "place_copies", "silent_workers", "spread_order"]
+if TYPE_CHECKING:
+    from dask.typing import Key
+
+__all__ = [
+    "SILENT_AFTER",
+    "choose_workers",
+    "place_copies",
+    "release_restrictions",
+    "silent_workers",
+    "spread_order",
+]
 
 #: seconds without a heartbeat after which a worker counts as not answering (distributed's
 #: workers send one every 0.5 s to a few seconds, depending on the cluster's size)
@@ -194,3 +204,19 @@ def silent_workers(workers: list[str], dask_scheduler: Any = None) -> list[str]:
         if ws is not None and t - ws.last_seen > SILENT_AFTER:
             out.append(addr)
     return out
+
+
+def release_restrictions(keys: list[Key], dask_scheduler: Any = None) -> int:
+    """On the scheduler: lift the worker restrictions of the tasks ``keys`` that it still
+    has (a task the job let go of is skipped); how many were lifted. A task that started
+    on its worker cannot be stolen any more, and unrestricted it is recomputed anywhere
+    when that worker leaves with its result."""
+    assert dask_scheduler is not None
+    n = 0
+    for key in keys:
+        ts = dask_scheduler.tasks.get(key)
+        if ts is not None and ts.worker_restrictions:
+            ts.worker_restrictions = None
+            ts.loose_restrictions = False
+            n += 1
+    return n

@@ -43,7 +43,7 @@ from ..collections.layer import Layer
 from ..exceptions import InsufficientResults
 from . import _dist, keys
 from .handle import JobHandle, describe
-from .placement import choose_workers, place_copies
+from .placement import choose_workers, place_copies, release_restrictions
 from .report import JobReport
 from .savings import cpu_split, plain_ready
 from .speculative import Speculation
@@ -125,8 +125,15 @@ class RedundantJob(JobHandle):
         # there, and must not queue behind a late copy) unless that leaves fewer than two
         others = {a: w for a, w in workers.items() if a not in avoid}
         pool = others if len(others) >= 2 else dict(workers)
-        #: every copy is restricted to the pool (else the primaries go where Dask puts them)
+        #: every copy waits for its planned worker, strictly (else the primaries go where
+        #: Dask puts them, and a copy is loose): a loose copy may be stolen onto the avoided
+        #: worker, whose seceded driver leaves it idle to the scheduler, and a straggling
+        #: copy there holds the output chunks. Once a copy starts its restriction is lifted
+        #: (:meth:`_release`: no longer stealable; its result recomputable anywhere); a copy
+        #: queued on a worker that left is re-run elsewhere (:meth:`_stranded`)
         self._fenced = len(pool) < len(workers)
+        self._unpin: list[Key] = []  # started copies whose restriction is still to lift
+        self._unpinning: asyncio.Task[None] | None = None
         self.workers = choose_workers(
             pool, len(pool), spread_hosts=bool(config.get("spread-hosts"))
         )
@@ -227,7 +234,9 @@ class RedundantJob(JobHandle):
         # one future, never released with the inputs)
         keep_inputs = [d for d in needed if d in layer.graph and d not in data_outputs]
         # repetition's backups wait behind the primaries on their worker
-        graph = _graph(nodes, free, pinned, copies, where_to, Repetition.priority)
+        graph = _graph(
+            nodes, free, pinned, copies, where_to, Repetition.priority, loose=not self._fenced
+        )
         # before the graph, on the same stream: no start event is missed
         _dist.subscribe_topic(self.client, keys.start_topic(self.token), self._on_start)
         wanted = [*primary_key, *copies, *data_outputs, *keep_inputs]
@@ -293,6 +302,22 @@ class RedundantJob(JobHandle):
             self._busy[worker] += 1
         self._on[b][c] = worker
         self._note_worker(b + c * self.K, worker)
+        fut = self._copies[b].get(c)
+        if self._fenced and fut is not None:
+            self._unpin.append(fut.key)
+            if self._unpinning is None:
+                self._unpinning = asyncio.ensure_future(self._release())
+
+    async def _release(self) -> None:
+        """Lift the restrictions of the copies that started, a batch per scheduler call."""
+        try:
+            while self._unpin and not self._finished:
+                batch, self._unpin = self._unpin, []
+                await _dist.run_on_scheduler(self.client, release_restrictions, batch)
+        except Exception:  # the cluster is going: the job itself sees and reports that
+            pass
+        finally:
+            self._unpinning = None
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -409,13 +434,40 @@ class RedundantJob(JobHandle):
                     if held is not None:
                         _dist.release(held)
 
+    def _live(self) -> set[str] | None:
+        """The workers of the cluster now (the client's view, refreshed every few
+        seconds), when the copies are held to their workers; else None (Dask moves a
+        loose copy whose worker left)."""
+        if not self._fenced:
+            return None
+        return set(self.client.scheduler_info().get("workers", {})) or None
+
+    def _stranded(self, live: set[str] | None) -> list[int]:
+        """The blocks with no winner whose every pending copy is held to a worker that left
+        the cluster: none of them can run (a strict restriction waits for its worker)."""
+        if live is None:
+            return []
+        out = []
+        for b, copies in self._copies.items():
+            if b in self._winner:
+                continue
+            where = {
+                self.report.workers[b + c * self.K]
+                for c, f in copies.items()
+                if f.status == "pending"
+            }
+            if not where & live:
+                out.append(b)
+        return out
+
     async def _rerun_late(self) -> None:
         """Launch a copy of each block whose copies all run late by the rule: its newest
         copy started longer than the threshold ago (every copy says when it starts), or,
-        in the tail, none of its copies started."""
+        in the tail, none of its copies started; and at once, of a block whose copies are
+        all held to workers that left (:meth:`_stranded`)."""
+        live = self._live()
+        late = self._stranded(live)
         threshold = self.rule.threshold(self.K, self._durations)
-        if threshold is None:
-            return
         now = self._elapsed()
         # the tail: no more blocks left than workers, so each should be running. A primary
         # that has not started a threshold later is queued behind a late task on its
@@ -423,9 +475,8 @@ class RedundantJob(JobHandle):
         tail = self.K - len(self._winner) <= len(self.workers)
         if tail and self._tail_since is None:
             self._tail_since = now
-        late = []
-        for b in range(self.K):
-            if b in self._winner or len(self._on[b]) >= len(self.workers):
+        for b in range(self.K) if threshold is not None else ():
+            if b in self._winner or b in late or len(self._on[b]) >= len(self.workers):
                 continue
             since = self._since.get(b)
             if since is None:  # no copy started: queued
@@ -433,11 +484,12 @@ class RedundantJob(JobHandle):
                     late.append(b)
             elif now - since > threshold:
                 late.append(b)
-        if not late:
+        workers = [w for w in self.workers if live is None or w in live]
+        if not late or not workers:
             return
         _, chosen = place_copies(
-            self.workers,
-            [self._on[b].get(0) for b in late],
+            workers,
+            [self._on[b].get(0) if self._on[b].get(0) in workers else None for b in late],
             [self._held[b] for b in late],
             self._busy,
             exclude=[set(self._on[b].values()) for b in late],
@@ -452,7 +504,8 @@ class RedundantJob(JobHandle):
         where_to: dict[Key, list[str]] = {}
         nodes, planned = self._copy_nodes(plan, where_to)
         # a late copy goes first on its worker
-        futures = _dist.get(self.client, _graph({}, {}, {}, nodes, where_to, 1), list(nodes))
+        graph = _graph({}, {}, {}, nodes, where_to, 1, loose=not self._fenced)
+        futures = _dist.get(self.client, graph, list(nodes))
         assert self._ac is not None
         for ck, fut in zip(nodes, futures, strict=True):
             b, c, q = planned[ck]
@@ -476,6 +529,8 @@ class RedundantJob(JobHandle):
         ]
         self._finished = True
         self._done_event.set()
+        if self._unpinning is not None:
+            self._unpinning.cancel()
         _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
         if pending and self.report.status != "finished":
             await _dist.cancel(self.client, pending, reason="bacc: the job ended")
@@ -509,23 +564,25 @@ def _graph(
     copies: dict[Key, GraphNode],
     where_to: dict[Key, list[str]],
     priority: int,
+    *,
+    loose: bool,
 ) -> Any:
     """One graph for one ``update-graph`` message: the layer's inputs, the primaries
-    (loosely pinned where Dask has no data to place them by) and the backups (on their
-    worker; loose, so a backup whose worker left runs elsewhere rather than never)."""
+    (pinned where Dask has no data to place them by) and the backups (on their worker;
+    when ``loose``, a copy whose worker left runs elsewhere rather than never)."""
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
     layers: dict[str, MaterializedLayer] = {}
     parts: list[tuple[str, dict[Key, GraphNode], dict[str, Any] | None]] = [
         ("inputs", nodes, None),
         ("primaries", free, None),
-        ("pinned", pinned, {"workers": where_to.__getitem__, "allow_other_workers": True}),
+        ("pinned", pinned, {"workers": where_to.__getitem__, "allow_other_workers": loose}),
         (
             "copies",
             copies,
             {
                 "workers": where_to.__getitem__,
-                "allow_other_workers": True,
+                "allow_other_workers": loose,
                 "priority": priority,
             },
         ),
