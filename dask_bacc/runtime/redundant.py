@@ -475,7 +475,9 @@ class RedundantJob(JobHandle):
         tail = self.K - len(self._winner) <= len(self.workers)
         if tail and self._tail_since is None:
             self._tail_since = now
-        for b in range(self.K) if threshold is not None else ():
+        for b in range(self.K):
+            if threshold is None:
+                break
             if b in self._winner or b in late or len(self._on[b]) >= len(self.workers):
                 continue
             since = self._since.get(b)
