@@ -67,7 +67,9 @@ class Decider:
 
     # -- events ---------------------------------------------------------------------------
     def launched(self, i: int) -> None:
-        self.launched_.append(i)
+        """Coded task ``i`` launched (again, while pending: one task, still pending)."""
+        if i not in self.pending:
+            self.launched_.append(i)
         self.pending[i] = None
 
     def landed(self, i: int, now: float) -> bool:

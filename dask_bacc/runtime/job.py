@@ -48,8 +48,8 @@ from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .handle import JobHandle, describe
-from .launch import CodedLaunch, Launch
-from .placement import silent_workers
+from .launch import ClientBlocks, CodedLaunch, Launch
+from .placement import silent_workers, waiting_on_silent
 from .quality import JobQuality
 from .report import JobReport
 from .savings import cpu_split, plain_ready, plain_shares, uncoded_tasks
@@ -326,6 +326,15 @@ class CodedJob(JobHandle):
         self._evals: dict[int, Future[Any]] = {}
         self._index_of: dict[Key, int] = {}
         self._chunks: list[Future[Any]] = []
+        #: in-memory input sent from here (None: the input is on the cluster); the launch
+        #: sets it, and a block lost or held by a silent worker is sent again
+        self.sent: ClientBlocks | None = None
+        #: per coded task: how many times it was launched, and the send round of each
+        #: block it read then (a block sent again since means launching it again)
+        self._launches: dict[int, int] = {}
+        self._read_at: dict[int, list[int]] = {}
+        self._replaced: list[Future[Any]] = []  # tasks launched again: not waited for
+        self._silence_checked = 0.0
         self._values: dict[int, NDArray[Any]] = {}  # results gathered to the client
         self._stage: list[Future[Any]] = []  # futures of a decode on the cluster in flight
         self._round = 0
@@ -390,11 +399,16 @@ class CodedJob(JobHandle):
         return call
 
     def eval_spec(
-        self, i: int, share: Share | Future[Any], call: CallArg, backup: bool = False
+        self,
+        i: int,
+        share: Share | Future[Any],
+        call: CallArg,
+        backup: bool = False,
+        round: int = 1,
     ) -> TaskSpec:
         """Coded task ``i``: ``func`` on ``share``, strictly pinned to its worker."""
         return TaskSpec(
-            keys.eval_key(self.token, i, backup),
+            keys.eval_key(self.token, i, backup, round),
             eval_task,
             (self.token, i, self.seq, self.func, share, call),
             workers=[self.workers[i]],
@@ -425,6 +439,11 @@ class CodedJob(JobHandle):
 
     def _track(self, i: int, fut: Future[Any]) -> None:
         """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
+        old = self._evals.get(i)
+        if old is not None and old is not fut:
+            self._replaced.append(old)
+        if self.sent is not None:
+            self._read_at[i] = [self.sent.rounds[j] for j in self.launch.reads(self, i)]
         self._evals[i] = fut
         self._index_of[fut.key] = i
         self.decider.launched(i)
@@ -500,8 +519,8 @@ class CodedJob(JobHandle):
 
     async def _arrived(self, fut: Future[Any]) -> None:
         i = self._index_of.get(fut.key)
-        if i is None:
-            return
+        if i is None or self._evals.get(i) is not fut:
+            return  # not the job's, or launched again since
         d, now = self.decider, self._elapsed()
         if fut.status == "finished" and fut.type in _FAILURE_TYPES:
             # watched and bounded: a failure whose worker leaves before the transfer is
@@ -524,14 +543,18 @@ class CodedJob(JobHandle):
                 self._cause = exc
             if not d.erred(i, now, describe(exc)):
                 return
-        elif not d.erred(i, now, self._why_cancelled(fut)):
+        elif await self._relaunch_lost(i):
+            return  # an input block it read was lost: sent again, and the task launched
+        elif not d.erred(i, now, await self._why_cancelled(i, fut)):
             return
         assert self._monitor is not None  # set in _submit, before any task was launched
         self._monitor.arrived(len(d.usable))
 
-    def _why_cancelled(self, fut: Future[Any]) -> str:
-        """Why an eval ended without a result or an exception: an input chunk it reads
-        went with the workers that held it, else someone else's doing."""
+    async def _why_cancelled(self, i: int, fut: Future[Any]) -> str:
+        """Why eval ``i`` ended without a result or an exception: its worker left, an input
+        chunk it reads went with the workers that held it, else someone else's doing."""
+        if self.workers[i] not in await _dist.running_workers(self.client):
+            return f"worker {self.workers[i]} left before returning"
         if any(c.status in ("lost", "cancelled") for c in self._chunks):
             return f"task {fut.status}: an input block it reads was lost with worker(s) that left"
         return f"task {fut.status} (by another client, or its input data was lost)"
@@ -622,8 +645,73 @@ class CodedJob(JobHandle):
         )
         self.report.domain_failure = sorted(self._mixed_failed)
 
+    async def _relaunch_lost(self, i: int) -> bool:
+        """Coded task ``i`` was cancelled: if an input block sent from here was lost with
+        its holder (or was sent again since ``i`` launched), launch ``i`` again."""
+        sent = self.sent
+        if sent is None:
+            return False
+        reads = self.launch.reads(self, i)
+        lost = set(sent.lost(reads))
+        moved = [
+            j for j, r in zip(reads, self._read_at.get(i, []), strict=False) if sent.rounds[j] > r
+        ]
+        if not lost and not moved:
+            return False
+        return bool(await self._relaunch([i], lost))
+
+    async def _relaunch_waiting_on_silent(self) -> None:
+        """Launch again the pending tasks that wait for an input block only a silent
+        (frozen) worker holds, once that block is sent again: a transfer from a frozen
+        worker lasts until ``worker-ttl`` removes it. At most once a second."""
+        if self.sent is None or time.perf_counter() - self._silence_checked < 1.0:
+            return
+        self._silence_checked = time.perf_counter()
+        pending = {self._evals[i].key: i for i in self.decider.pending if i in self._evals}
+        stuck = await _dist.run_on_scheduler(self.client, waiting_on_silent, list(pending))
+        blocks: set[int] = set()
+        for inputs in stuck.values():
+            for key in inputs:
+                parsed = keys.parse(key)
+                if parsed is not None and parsed.kind == "chunk" and parsed.index is not None:
+                    blocks.add(parsed.index)
+        if blocks:
+            await self._relaunch([pending[k] for k in stuck], blocks)
+
+    async def _relaunch(self, indices: list[int], resend: set[int]) -> list[int]:
+        """Send blocks ``resend`` again (each to a worker of a task that reads it) and
+        launch coded tasks ``indices`` again, those whose worker is still there; a block
+        is sent at most ``ClientBlocks.MAX_SENDS`` times. Returns the tasks launched."""
+        sent = self.sent
+        if sent is None or not sent.can_resend(resend):
+            return []
+        live = set(await _dist.running_workers(self.client))
+        again = [i for i in indices if self.workers[i] in live]
+        if not again:
+            return []
+        homes: dict[int, str] = {}
+        for i in again:
+            for j in self.launch.reads(self, i):
+                if j in resend:
+                    homes.setdefault(j, self.workers[i])
+        for j in sorted(resend - set(homes)):
+            homes[j] = self.workers[again[0]]
+        try:
+            await sent.send(list(homes), list(homes.values()))
+        except Exception as exc:  # nowhere to send it: the tasks are lost, as before
+            logger.debug("coded job %s: could not send blocks again: %s", self.token, exc)
+            return []
+        specs = []
+        for i in again:
+            self._launches[i] = self._launches.get(i, 1) + 1
+            specs.append(self.launch.respec(self, i, self._launches[i]))
+        self._launch_graph(specs)
+        self.report.resent += len(homes)
+        return again
+
     async def _check_workers(self) -> None:
         """Write off coded tasks whose worker left: a strictly pinned task would wait forever."""
+        await self._relaunch_waiting_on_silent()
         live = set(await _dist.running_workers(self.client))
         d, workers = self.decider, self.workers
         for i in [i for i in d.pending if workers[i] not in live]:
@@ -1134,13 +1222,15 @@ class CodedJob(JobHandle):
         stragglers = {i: f for i, f in self._evals.items() if f.status == "pending"}
         self.report.cancelled += len(stragglers)
         cancel = [f for f in self._stage if f.status == "pending"]
+        cancel += [f for f in self._replaced if f.status == "pending"]
         cancel += self.quality.release()
         # drop every reference, the as_completed queue included (it may hold finished
         # futures the loop never took out), so the scheduler can forget the job's tasks
         self._ac = None
         self._evals.clear()
         self._index_of.clear()
-        self._chunks.clear()
+        self._chunks.clear()  # (the futures of ``sent``, too: the same list)
+        self._replaced = []
         self._values.clear()
         self._stage = []
         if self.report.status != "finished":  # no output will need the resolved labels

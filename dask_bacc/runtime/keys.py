@@ -14,6 +14,7 @@ __all__ = [
     "KINDS",
     "ParsedKey",
     "args_key",
+    "chunk_key",
     "copy_key",
     "decode_key",
     "driver_key",
@@ -68,9 +69,16 @@ def _name(kind: str, token: str, round: int = 1) -> str:
     return f"bacc-{kind}-{token}" + (f"-r{round}" if round > 1 else "")
 
 
-def eval_key(token: str, i: int, backup: bool = False) -> tuple[str, int]:
-    """Coded task ``i`` (a speculative backup: ``backup=True``)."""
-    return (_name("backup" if backup else "eval", token), i)
+def eval_key(token: str, i: int, backup: bool = False, round: int = 1) -> tuple[str, int]:
+    """Coded task ``i`` (a speculative backup: ``backup=True``); ``round`` > 1: launched
+    again after an input block it read was lost (:class:`~.launch.ClientBlocks`)."""
+    return (_name("backup" if backup else "eval", token, round), i)
+
+
+def chunk_key(token: str, j: int, round: int = 1) -> tuple[str, int]:
+    """In-memory input block ``j`` of a job, sent to the cluster; ``round`` > 1: sent again
+    (its holder left or froze), under a key no worker has seen."""
+    return (_name("chunk", token, round), j)
 
 
 def decode_key(token: str, j: int, round: int = 1) -> tuple[str, int]:

@@ -1,7 +1,8 @@
 """Launch policies: which coded tasks a job starts, and when (the job itself is one class).
 
-* :class:`CodedLaunch`: all N coded tasks at once (every code), shares in the task specs
-  for in-memory data, encoded inside the eval tasks for data on the cluster;
+* :class:`CodedLaunch`: all N coded tasks at once (every code), each share encoded inside
+  its eval task from the input blocks on the cluster (in-memory blocks are sent there
+  first, once each: :class:`ClientBlocks`);
 * :class:`SharedLaunch`: all N at once on the shares a :class:`~.coded_data.CodedData`
   keeps on the workers;
 * :class:`SpeculativeLaunch`: K uncoded tasks, then a backup copy of a slow or failed one
@@ -13,26 +14,31 @@ A policy builds :class:`~.graph.TaskSpec` objects through the job
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ..codes.base import refuse_rounded_integers
 from . import _dist, keys
 from .graph import TaskSpec
 from .placement import choose_workers
-from .worker import Share, encode_eval_task
+from .worker import encode_eval_task
 
 if TYPE_CHECKING:
-    from distributed import Future
+    from dask.typing import Key
+    from distributed import Client, Future
 
     from ..codes import Code
+    from ..collections import Blocks
     from .coded_data import CodedData
     from .job import CallArg, CodedJob
     from .speculative import Speculation
 
 __all__ = [
+    "ClientBlocks",
     "CodedLaunch",
     "Launch",
     "SharedLaunch",
@@ -51,6 +57,15 @@ class Launch:
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         raise NotImplementedError
 
+    def reads(self, job: CodedJob, i: int) -> list[int]:
+        """The input blocks coded task ``i`` reads."""
+        return []
+
+    def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
+        """Coded task ``i`` again, under round ``round``'s key, on the blocks as they are
+        now (some sent again): see :meth:`~.job.CodedJob._relaunch`."""
+        raise NotImplementedError(f"{type(self).__name__} does not launch a task again")
+
     async def tick(self, job: CodedJob) -> None:
         """Called on every turn of the job's loop (launch more, stop losers)."""
 
@@ -59,33 +74,183 @@ class Launch:
 
 
 class CodedLaunch(Launch):
-    """The N coded tasks of the job's code, at once."""
+    """The N coded tasks of the job's code, at once, each encoding its share from the
+    input blocks on the cluster."""
+
+    _call: CallArg | None = None
+    _E: NDArray[Any] | None = None  # the code's encoding matrix
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         code, blocks = job.code, job.blocks
+        self._call = call
+        E = self._E = code.encoding_matrix()
         if blocks.local:
-            shares = code.shares(blocks.stacked())
-            check_encoded(shares)
-            return [job.eval_spec(i, shares[i], call) for i in range(code.N)]
-        chunks = job._chunks = await blocks.to_futures(job.client)
-        E = code.encoding_matrix()
-        specs = []
-        for i in range(code.N):
-            nz = np.flatnonzero(E[i])
-            args = (
-                job.token,
-                i,
-                job.seq,
-                job.func,
-                E[i, nz],
-                [chunks[j] for j in nz],
-                call,
-                mixes_exactly(code),
-            )
-            specs.append(
-                TaskSpec(keys.eval_key(job.token, i), encode_eval_task, args, [job.workers[i]])
-            )
-        return specs
+            arrays = local_arrays(blocks)
+            exact = mixes_exactly(code)
+            if exact is not None and len(code.data_rows()) < code.N:
+                for a in arrays:  # here, before anything is sent (the workers check too)
+                    refuse_rounded_integers(a, exact)
+            # each block to the worker of the share that weighs it most (it then reads
+            # it in place; repetition: the block's first copy)
+            homes = [job.workers[int(np.argmax(np.abs(E[:, j])))] for j in range(code.K)]
+            job.sent = ClientBlocks(job.client, arrays, job.token)
+            await job.sent.send(range(code.K), homes)
+            job._chunks = job.sent.futures
+        else:
+            job._chunks = await blocks.to_futures(job.client)
+        return [self.respec(job, i, 1) for i in range(code.N)]
+
+    def reads(self, job: CodedJob, i: int) -> list[int]:
+        assert self._E is not None  # initial() ran first
+        return [int(j) for j in np.flatnonzero(self._E[i])]
+
+    def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
+        assert self._call is not None and self._E is not None  # initial() ran first
+        nz = self.reads(job, i)
+        args = (
+            job.token,
+            i,
+            job.seq,
+            job.func,
+            self._E[i, nz],
+            [job._chunks[j] for j in nz],
+            self._call,
+            mixes_exactly(job.code),
+            job.sent is not None,  # private: a block sent from here, read by other shares
+        )
+        key = keys.eval_key(job.token, i, round=round)
+        return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
+
+
+class ClientBlocks:
+    """A job's in-memory input blocks, sent from the client to the cluster once each.
+
+    Scattered straight to a worker, not held in task specs: a spec travels inside the graph,
+    through the scheduler, which keeps it for as long as the task exists (distributed
+    warns of any graph above 10 MB); N coded shares in the specs made the graph N/K times
+    the data, and held a pickled copy of it on the client. The other workers whose shares
+    read a block fetch it from its holder.
+
+    A scattered block cannot be recomputed, but the client still has it: a block whose
+    holder left (its readers are cancelled) or stopped answering (its readers wait on a
+    transfer) is sent again, to another worker and under a new key
+    (:func:`~.keys.chunk_key`'s round), and the job launches its readers again
+    (:meth:`~.job.CodedJob._relaunch`). A new key each time, so that no late copy ever
+    lands on a worker fetching the same key (distributed's worker fails hard on that). A
+    transfer that is slow (:meth:`hedge_after`: a frozen worker accepts the connection and
+    never answers) is sent to another worker too, and the first to land is used.
+
+    Attributes
+    ----------
+    futures : list of distributed.Future
+        The K blocks' current futures, in order (replaced when a block is sent again).
+    holder : list of str
+        The worker each block was last sent to.
+    rounds : list of int
+        How many times each block was sent (hedged transfers included).
+    """
+
+    #: a block is sent at most this many times (then its readers are lost, as before)
+    MAX_SENDS = 4
+
+    def __init__(self, client: Client, arrays: Sequence[Any], token: str):
+        self.client = client
+        self.arrays = arrays
+        self.token = token
+        self.futures: list[Future[Any]] = []
+        self.holder: list[str] = [""] * len(arrays)
+        self.rounds: list[int] = [0] * len(arrays)
+
+    def lost(self, js: Collection[int]) -> list[int]:
+        """Those of blocks ``js`` whose data the cluster no longer has."""
+        return [j for j in js if self.futures[j].status != "finished"]
+
+    def can_resend(self, js: Collection[int]) -> bool:
+        return all(self.rounds[j] < self.MAX_SENDS for j in js)
+
+    async def send(self, js: Collection[int], homes: Sequence[str]) -> None:
+        """Send blocks ``js`` to ``homes`` (one worker each, in order), each under a key of
+        its own next round; a transfer that fails, or is slow (:meth:`_send_to`), goes to
+        another worker too."""
+        by_worker: dict[str, list[int]] = {}
+        for j, home in zip(js, homes, strict=True):
+            by_worker.setdefault(home, []).append(j)
+        sent = await asyncio.gather(*(self._send_to(w, b) for w, b in by_worker.items()))
+        while len(self.futures) < len(self.arrays):
+            self.futures.append(None)  # type: ignore[arg-type]  # filled just below
+        for part in sent:
+            for j, (worker, fut) in part.items():
+                self.futures[j], self.holder[j] = fut, worker
+
+    def hedge_after(self, js: Collection[int]) -> float:
+        """Seconds after which a transfer of blocks ``js`` to one worker is also sent to
+        another: 1 s plus their size at 50 MB/s (a slow network), so a live worker is
+        rarely hedged while a frozen one (it accepts the connection, then never answers)
+        delays the job by about that much, not until ``worker-ttl``."""
+        nbytes = sum(int(getattr(self.arrays[j], "nbytes", 0)) for j in js)
+        return 1.0 + nbytes / 50e6
+
+    async def _send_to(self, worker: str, js: list[int]) -> dict[int, tuple[str, Future[Any]]]:
+        first = asyncio.ensure_future(self._scatter(worker, js))
+        done, _ = await asyncio.wait({first}, timeout=self.hedge_after(js))
+        if first in done and first.exception() is None:
+            return first.result()
+        # failed (the worker left), or slow (frozen?): another live worker as well
+        live = await _dist.running_workers(self.client)
+        others = [w for w in live if w != worker]
+        if not others:
+            return await first
+        second = asyncio.ensure_future(self._scatter(others[0], js))
+        tries = {second} if first in done else {first, second}  # (first failed)
+        while tries:
+            done, tries = await asyncio.wait(tries, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t.exception() is None:
+                    for loser in tries:  # let it land and go: its keys are never read
+                        _detach(loser)
+                    return t.result()
+        return await second  # both failed: its exception
+
+    async def _scatter(self, worker: str, js: list[int]) -> dict[int, tuple[str, Future[Any]]]:
+        data: dict[Key, Any] = {}
+        for j in js:
+            self.rounds[j] += 1
+            data[keys.chunk_key(self.token, j, self.rounds[j])] = self.arrays[j]
+        out = await self.client.scatter(  # type: ignore[no-untyped-call]
+            data, workers=[worker], hash=False, direct=True, asynchronous=True
+        )
+        return {keys.parse(k).index: (worker, f) for k, f in out.items()}  # type: ignore[union-attr, misc]
+
+    def clear(self) -> None:
+        self.futures.clear()
+
+
+#: transfers given up for a faster copy, held until they end (then their futures go)
+_detached: set[asyncio.Future[Any]] = set()
+
+
+def _detach(task: asyncio.Future[Any]) -> None:
+    """Let a transfer run to its end in the background, then drop what it sent: cancelled
+    midway, a direct scatter could leave the data on the worker with the scheduler never
+    told (nothing would release it)."""
+    _detached.add(task)
+
+    def done(t: asyncio.Future[Any]) -> None:
+        _detached.discard(t)
+        if not t.cancelled():
+            t.exception()  # retrieved: a worker that left is no news
+
+    task.add_done_callback(done)
+
+
+def local_arrays(blocks: Blocks) -> list[Any]:
+    """The K blocks of a ``local`` adapter as arrays of its dtype, views where they can be
+    (a list's own arrays: ``stacked()`` would copy them all into one)."""
+    from ..collections.numpy import ListBlocks
+
+    if isinstance(blocks, ListBlocks):
+        return [np.asarray(a, dtype=blocks.dtype) for a in blocks.arrays]
+    return list(blocks.stacked())
 
 
 def mixes_exactly(code: Code) -> str | None:
@@ -158,17 +323,34 @@ class SpeculativeLaunch(Launch):
         self.rule = rule
         self.interval = rule.interval
         self.launched_at: dict[int, float] = {}
-        self._blocks: Sequence[Share | Future[Any]] = []  # arrays held here, or chunks
         self._call: CallArg | None = None
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         self._call = call
-        if job.blocks.local:
-            self._blocks = list(job.blocks.stacked())
+        K = job.code.K
+        if job.blocks.local:  # each block to its first copy's worker
+            job.sent = ClientBlocks(job.client, local_arrays(job.blocks), job.token)
+            await job.sent.send(range(K), [job.workers[j] for j in range(K)])
+            job._chunks = job.sent.futures
         else:
-            self._blocks = job._chunks = await job.blocks.to_futures(job.client)
-        self.launched_at = dict.fromkeys(range(job.code.K), job._elapsed())
-        return [job.eval_spec(j, self._blocks[j], call) for j in range(job.code.K)]
+            job._chunks = await job.blocks.to_futures(job.client)
+        self.launched_at = dict.fromkeys(range(K), job._elapsed())
+        return [self.respec(job, j, 1) for j in range(K)]
+
+    def reads(self, job: CodedJob, i: int) -> list[int]:
+        return [i % job.code.K]
+
+    def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
+        """Copy ``i`` of block ``i % K`` (``i >= K``: a backup)."""
+        assert self._call is not None  # initial() ran first
+        K = job.code.K
+        chunk = job._chunks[i % K]
+        if job.sent is None:
+            return job.eval_spec(i, chunk, self._call, backup=i >= K, round=round)
+        # a block sent from here: its own copy, as CodedLaunch's (encode_eval_task)
+        args = (job.token, i, job.seq, job.func, np.ones(1), [chunk], self._call, None, True)
+        key = keys.eval_key(job.token, i, backup=i >= K, round=round)
+        return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
 
     async def tick(self, job: CodedJob) -> None:
         d, K = job.decider, job.code.K
@@ -209,5 +391,5 @@ class SpeculativeLaunch(Launch):
             rep.backups.append(i)
             rep.N += 1
             self.launched_at[i] = job._elapsed()
-            specs.append(job.eval_spec(i, self._blocks[j], call, backup=True))
+            specs.append(self.respec(job, i, 1))
         job._launch_graph(specs)

@@ -17,6 +17,7 @@ __all__ = [
     "release_restrictions",
     "silent_workers",
     "spread_order",
+    "waiting_on_silent",
 ]
 
 #: seconds without a heartbeat after which a worker counts as not answering (distributed's
@@ -203,6 +204,33 @@ def silent_workers(workers: list[str], dask_scheduler: Any = None) -> list[str]:
         ws = dask_scheduler.workers.get(addr)
         if ws is not None and t - ws.last_seen > SILENT_AFTER:
             out.append(addr)
+    return out
+
+
+def waiting_on_silent(tasks: list[Key], dask_scheduler: Any = None) -> dict[Key, list[Key]]:
+    """On the scheduler: those of ``tasks`` that wait for an input only silent workers hold
+    (their own worker lacks it and sends heartbeats): task -> those inputs. A transfer
+    from a frozen worker waits until ``worker-ttl`` removes it."""
+    assert dask_scheduler is not None
+    from distributed.metrics import time as now
+
+    t = now()
+
+    def silent(ws: Any) -> bool:
+        return bool(t - ws.last_seen > SILENT_AFTER)
+
+    out: dict[Key, list[Key]] = {}
+    for key in tasks:
+        ts = dask_scheduler.tasks.get(key)
+        if ts is None or ts.state != "processing" or silent(ts.processing_on):
+            continue
+        stuck = [
+            d.key
+            for d in ts.dependencies
+            if ts.processing_on not in d.who_has and d.who_has and all(map(silent, d.who_has))
+        ]
+        if stuck:
+            out[key] = stuck
     return out
 
 

@@ -44,6 +44,9 @@ class JobReport:
         the speculative strategy also the losing copy of a block).
     backups : list of int
         Speculative strategy: backup copies launched (coded index ``K + j`` copies block j).
+    resent : int
+        In-memory input: blocks sent from the client again because the worker holding one
+        left or stopped answering (the tasks reading them were launched again).
     rerouted : dict of int to str
         ``CodedData.map``: coded tasks evaluated on a spare worker instead of the one
         holding their share (it still ran a cancelled straggler, or holds two shares).
@@ -165,6 +168,7 @@ class JobReport:
     failed: dict[int, str] = field(default_factory=dict)
     cancelled: int = 0
     backups: list[int] = field(default_factory=list)
+    resent: int = 0
     rerouted: dict[int, str] = field(default_factory=dict)
     arrival: dict[int, float] = field(default_factory=dict)
     trigger: str | None = None

@@ -571,13 +571,21 @@ def encode_eval_task(
     chunks: list[NDArray[Any]],
     call: tuple[tuple[Any, ...], dict[str, Any]],
     exact: str | None = None,
+    private: bool = False,
 ) -> NDArray[Any] | EvalFailure | None:
     """Encode share ``index`` from the input chunks it mixes (``exact``: as in
     :func:`encode_task`), then :func:`eval_task` on it (data on the cluster: one task per
-    coded share, no separate encode task)."""
+    coded share, no separate encode task).
+
+    ``private``: a share that is one chunk itself is copied first. For the blocks a job
+    sent from the client, which other shares read too (a repetition's other copy, on an
+    in-process cluster the very same object): an ``f`` that writes to its input must not
+    change what they read, as when every task had its own share in its spec."""
     if state().is_done(token):
         return None
     share = encode_task(weights, *chunks, exact=exact)
+    if private and len(chunks) == 1 and share is chunks[0]:
+        share = np.array(share, copy=True)
     return eval_task(token, index, seq, func, share, call)
 
 
