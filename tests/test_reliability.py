@@ -166,8 +166,9 @@ def test_two_clients_in_one_process_leak_nothing():
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
 async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
-    """The chaos run's memory growth: one distributed span per job, never removed. Beyond
-    bacc.diagnostics.history finished jobs, spans older than span-ttl are dropped."""
+    """The chaos run's memory growth: one distributed span per job, never removed (and one
+    more for the scatter of its in-memory input). Beyond bacc.diagnostics.history
+    finished jobs, spans older than span-ttl are dropped."""
     ext = s.extensions["spans"]
     with dask.config.set({"bacc.diagnostics.history": 3, "bacc.diagnostics.span-ttl": "0s"}):
         seen: set[str] = set()
@@ -178,6 +179,9 @@ async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
         await dask_bacc.map_coded(np.tanh, X, n_blocks=4, n_coded=8, code="berrut", client=c)
     roots = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
     assert len(roots) <= 3 + 1  # the history, and the newest job
+    # the ("default",) span distributed opens for each job's scattered input blocks too
+    scatters = [sp for sp in ext.root_spans if sp.name == ("default",)]
+    assert 1 <= len(scatters) <= 3 + 1
     assert len(ext.spans_search_by_tag["bacc"]) == 2 * len(roots)
     # the pruned ones are gone from the map of span ids too: nothing grows per job
     kept = [sp for sp in ext.spans.values() if sp.name[0] == "bacc"]

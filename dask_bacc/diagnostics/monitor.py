@@ -114,6 +114,12 @@ def _tolerate_pruned_spans(ext: Any) -> None:
     ext._bacc_tolerant = True
 
 
+def _only_chunks(span: Any) -> bool:
+    """A span whose tasks are all in-memory input blocks of coded jobs (``bacc-chunk``)."""
+    groups = [tg for sp in span.traverse_spans() for tg in sp.groups]
+    return bool(groups) and all(str(tg.name).startswith("bacc-chunk-") for tg in groups)
+
+
 def prune_spans(scheduler: Any, keep: int, ttl: float, now: float) -> int:
     """On the scheduler: forget the ``("bacc", func)`` spans of finished coded jobs beyond
     the newest ``keep``, once ``ttl`` seconds have passed since their last task ended.
@@ -127,9 +133,12 @@ def prune_spans(scheduler: Any, keep: int, ttl: float, now: float) -> int:
     ext = getattr(scheduler, "extensions", {}).get("spans")
     if ext is None:
         return 0
-    roots = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
+    jobs = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
+    # a job's in-memory input blocks are scattered, and distributed opens a ("default",)
+    # span for every scatter: one more span per job, pruned the same way
+    scatters = [sp for sp in ext.root_spans if sp.name == ("default",) and _only_chunks(sp)]
     pruned = 0
-    for root in roots[: max(len(roots) - keep, 0)]:
+    for root in [*jobs[: max(len(jobs) - keep, 0)], *scatters[: max(len(scatters) - keep, 0)]]:
         subtree = list(root.traverse_spans())
         groups = [tg for sp in subtree for tg in sp.groups]
         if any(tg.name in scheduler.task_groups or not tg.done for tg in groups):
