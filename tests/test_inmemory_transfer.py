@@ -146,7 +146,11 @@ def add_one_in_place(b):
     return b
 
 
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+#: the tests of the sending itself use small blocks: scattered all the same
+SCATTER = {"bacc.data-inline-limit": 0}
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, config=SCATTER)
 async def test_an_in_place_f_sees_its_own_copy_of_a_sent_block(c, s, *workers):
     """Repetition's two copies of a block read one scattered block (on an in-process
     cluster the very same object): each runs f on its own copy, as when each had its share
@@ -160,7 +164,7 @@ async def test_an_in_place_f_sees_its_own_copy_of_a_sent_block(c, s, *workers):
     np.testing.assert_array_equal(X, 0.0)
 
 
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, config=SCATTER)
 async def test_a_lost_block_is_sent_again_and_its_readers_launched_again(c, s, *workers):
     """A scattered block cannot be recomputed, but the client has it: when it is lost (here
     cancelled, as the scheduler cancels the readers of data lost with its only holder),
@@ -190,7 +194,7 @@ async def test_a_lost_block_is_sent_again_and_its_readers_launched_again(c, s, *
 @gen_cluster(
     client=True,
     nthreads=[("127.0.0.1", 1)] * 4,
-    config={"distributed.scheduler.worker-ttl": "10 minutes"},
+    config={"distributed.scheduler.worker-ttl": "10 minutes", **SCATTER},
 )
 async def test_readers_of_a_block_whose_holder_went_silent_get_it_again(c, s, *workers):
     """A holder that froze after the blocks were sent (it answers neither data requests nor
@@ -231,7 +235,7 @@ async def test_readers_of_a_block_whose_holder_went_silent_get_it_again(c, s, *w
     np.testing.assert_array_equal(out, np.tanh(X))
 
 
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, config=SCATTER)
 async def test_a_slow_transfer_is_hedged_to_another_worker(c, s, *workers):
     """A worker that takes the connection and does not answer (frozen, simulated: its
     ``update_data`` waits) does not hold the job: after ``hedge_after`` the block also goes
@@ -264,3 +268,25 @@ async def test_a_slow_transfer_is_hedged_to_another_worker(c, s, *workers):
         release.set()
     np.testing.assert_array_equal(out, 2.0 * X)
     await until(lambda: not launch._detached, "the slow transfer to land")
+
+
+@pytest.mark.parametrize("code", ["repetition", "speculative", "berrut"])
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_the_inline_limit_decides_between_specs_and_a_scatter(c, s, *workers, code):
+    """Shares of at most ``bacc.data-inline-limit`` bytes (N of them; a speculative job's K
+    and as many backups) travel in the specs, one message; above it the blocks are
+    scattered once (the scatter's round trips cost a small job 13-21%)."""
+    X = np.random.default_rng(5).standard_normal((8, 16))  # 4 blocks of 256 bytes
+    nbytes = 4 * 256 * 2  # N = 2K (repetition, the speculative bound), Berrut's default
+    for limit, sent in ((nbytes, False), (nbytes - 1, True)):
+        options = {"n_coded": 8} if code == "berrut" else {}
+        with dask.config.set({"bacc.data-inline-limit": limit}):
+            job = await dask_bacc.submit_coded(
+                twice, X, code=code, n_blocks=4, client=c, **options
+            )
+            assert (job.sent is not None) == sent, limit
+            out = await job
+        if code == "berrut":
+            assert_decodes_reference(out, job.report, twice, X)
+        else:
+            np.testing.assert_array_equal(out, 2.0 * X)

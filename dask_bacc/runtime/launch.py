@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .. import config
 from ..codes.base import refuse_rounded_integers
 from . import _dist, keys
 from .graph import TaskSpec
@@ -79,12 +80,16 @@ class CodedLaunch(Launch):
 
     _call: CallArg | None = None
     _E: NDArray[Any] | None = None  # the code's encoding matrix
+    _shares: list[Any] | None = None  # small in-memory input: the shares, in the specs
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         code, blocks = job.code, job.blocks
         self._call = call
         E = self._E = code.encoding_matrix()
-        if blocks.local:
+        if inline(job):
+            self._shares = code.shares(blocks.stacked())
+            check_encoded(self._shares)
+        elif blocks.local:
             arrays = local_arrays(blocks)
             exact = mixes_exactly(code)
             if exact is not None and len(code.data_rows()) < code.N:
@@ -106,6 +111,8 @@ class CodedLaunch(Launch):
 
     def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
         assert self._call is not None and self._E is not None  # initial() ran first
+        if self._shares is not None:
+            return job.eval_spec(i, self._shares[i], self._call, round=round)
         nz = self.reads(job, i)
         args = (
             job.token,
@@ -120,6 +127,20 @@ class CodedLaunch(Launch):
         )
         key = keys.eval_key(job.token, i, round=round)
         return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
+
+
+def inline(job: CodedJob) -> bool:
+    """Whether the job's input is in memory and its coded shares (N of them, a speculative
+    job's K and their backups) come to at most ``bacc.data-inline-limit``: they then travel
+    inside the eval specs, one message, where a scatter would add its round trips (13-21%
+    of a small job, docs/benchmarks.md)."""
+    from dask.utils import parse_bytes
+
+    blocks = job.blocks
+    if not blocks.local:
+        return False
+    share = int(np.prod(blocks.block_shape)) * max(blocks.dtype.itemsize, 8)
+    return share * max(job.code.N, 2 * job.code.K) <= parse_bytes(config.get("data-inline-limit"))
 
 
 class ClientBlocks:
@@ -324,11 +345,14 @@ class SpeculativeLaunch(Launch):
         self.interval = rule.interval
         self.launched_at: dict[int, float] = {}
         self._call: CallArg | None = None
+        self._shares: list[Any] | None = None  # small in-memory input: the blocks
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         self._call = call
         K = job.code.K
-        if job.blocks.local:  # each block to its first copy's worker
+        if inline(job):
+            self._shares = local_arrays(job.blocks)
+        elif job.blocks.local:  # each block to its first copy's worker
             job.sent = ClientBlocks(job.client, local_arrays(job.blocks), job.token)
             await job.sent.send(range(K), [job.workers[j] for j in range(K)])
             job._chunks = job.sent.futures
@@ -344,6 +368,8 @@ class SpeculativeLaunch(Launch):
         """Copy ``i`` of block ``i % K`` (``i >= K``: a backup)."""
         assert self._call is not None  # initial() ran first
         K = job.code.K
+        if self._shares is not None:
+            return job.eval_spec(i, self._shares[i % K], self._call, backup=i >= K, round=round)
         chunk = job._chunks[i % K]
         if job.sent is None:
             return job.eval_spec(i, chunk, self._call, backup=i >= K, round=round)

@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+import dask
 import pytest
 
 _SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "freeze_soak.py"
@@ -33,25 +34,30 @@ def _load():
 
 @pytest.mark.soak
 @pytest.mark.timeout(3600 if FULL else 600)
-def test_no_hang_with_random_frozen_workers(tmp_path):
+@pytest.mark.parametrize("inline", ["1 MiB", 0], ids=["in-specs", "scattered"])
+def test_no_hang_with_random_frozen_workers(tmp_path, inline):
+    """Twice: the jobs' small in-memory input in the task specs (the default below
+    ``bacc.data-inline-limit``), and scattered to the workers as large input is (a
+    transfer to a frozen worker is hedged; a block held by one is sent again)."""
     freeze_soak = _load()
     out = tmp_path / "freeze_soak.json"
-    summary = freeze_soak.main(
-        [
-            "--jobs",
-            str(JOBS),
-            "--workers",
-            "4",
-            "--fresh-client-every",
-            str(FRESH_EVERY),
-            "--timeout",
-            "60",
-            "--progress-every",
-            "0",
-            "--out",
-            str(out),
-        ]
-    )
+    with dask.config.set({"bacc.data-inline-limit": inline}):
+        summary = freeze_soak.main(
+            [
+                "--jobs",
+                str(JOBS),
+                "--workers",
+                "4",
+                "--fresh-client-every",
+                str(FRESH_EVERY),
+                "--timeout",
+                "60",
+                "--progress-every",
+                "0",
+                "--out",
+                str(out),
+            ]
+        )
     assert json.loads(out.read_text())["jobs"] == JOBS
     assert summary["freezes"] >= 5, summary["freezes"]
     assert summary["hangs"] == 0, summary["hang_details"]
