@@ -2,7 +2,8 @@
 
 * :class:`CodedLaunch`: all N coded tasks at once (every code), each share encoded inside
   its eval task from the input blocks on the cluster (in-memory blocks are sent there
-  first, once each: :class:`ClientBlocks`);
+  first, once each: :class:`ClientBlocks`), or, for small in-memory input (:func:`inline`),
+  encoded here and carried in the eval task's spec;
 * :class:`SharedLaunch`: all N at once on the shares a :class:`~.coded_data.CodedData`
   keeps on the workers;
 * :class:`SpeculativeLaunch`: K uncoded tasks, then a backup copy of a slow or failed one
@@ -76,7 +77,7 @@ class Launch:
 
 class CodedLaunch(Launch):
     """The N coded tasks of the job's code, at once, each encoding its share from the
-    input blocks on the cluster."""
+    input blocks on the cluster (small in-memory input: each carrying its share)."""
 
     _call: CallArg | None = None
     _E: NDArray[Any] | None = None  # the code's encoding matrix
