@@ -170,7 +170,9 @@ async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
     more for the scatter of its in-memory input). Beyond bacc.diagnostics.history
     finished jobs, spans older than span-ttl are dropped."""
     ext = s.extensions["spans"]
-    with dask.config.set({"bacc.diagnostics.history": 3, "bacc.diagnostics.span-ttl": "0s"}):
+    settings = {"bacc.diagnostics.history": 3, "bacc.diagnostics.span-ttl": "0s"}
+    settings["bacc.data-inline-limit"] = 0  # scattered input: its span is pruned too
+    with dask.config.set(settings):
         seen: set[str] = set()
         for _ in range(12):
             await dask_bacc.map_coded(np.tanh, X, n_blocks=4, n_coded=8, code="berrut", client=c)
