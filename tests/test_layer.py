@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cluster_helpers import checked_local_cluster, gen_cluster, idle
+from cluster_helpers import blocker, checked_local_cluster, gen_cluster, idle, until
 from dask.core import flatten
 from distributed import Client, Event, get_worker
 from distributed.utils_test import captured_logger
@@ -631,6 +631,46 @@ async def test_copies_off_the_drivers_worker_are_held_there_and_rerun_when_it_le
             await Event(f"bacc-test-held-{w.address}", client=c).set()
     [won] = [i for i in rep.returned if i % K == 0]
     assert rep.workers[won] == left
+    np.testing.assert_array_equal(
+        np.concatenate([out[k] for k in sorted(out)]), affine(np.arange(3 * K)), strict=True
+    )
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_a_queued_copy_whose_worker_left_runs_again_at_once(c, s, *workers):
+    """Off a driver's worker, copies wait for their planned worker strictly: a copy still
+    queued there when that worker leaves could never run. The job notices that every
+    pending copy of the block is on a worker that left (asked of the scheduler: an
+    asynchronous client's ``scheduler_info()`` lists no workers) and runs one more copy
+    on a worker still there, without waiting for the late-copy rule."""
+    from dask_bacc.runtime.submit import submit_layer
+
+    K = 2
+    driver = workers[3].address
+    x = da.arange(3 * K, chunks=3).map_blocks(affine)
+    events = [Event(f"bacc-test-busy-{i}", client=c) for i in range(3)]
+    busy = [
+        c.submit(blocker, e.name, workers=[w.address], pure=False)
+        for e, w in zip(events, workers[:3], strict=True)
+    ]
+    try:
+        await until(lambda: all(w.state.executing_count for w in workers[:3]), "the blockers")
+        options = {"rule": "spark", "quantile": 1.0, "multiplier": 100.0}
+        job = await submit_layer(c, final_layer(x), "speculative", options, 60, (driver,), True)
+        first = job.report.workers[0]  # block 0's only copy, queued behind a blocker
+        [gone] = [w for w in workers if w.address == first]
+        await gone.close(executor_wait=False)
+        for e, w in zip(events, workers[:3], strict=True):
+            if w is not gone:
+                await e.set()
+        out = await asyncio.wait_for(job._result(), 30)
+    finally:
+        for e in events:
+            await e.set()
+        del busy
+    rep = job.report
+    [won] = [i for i in rep.returned if i % K == 0]
+    assert won >= K and rep.workers[won] not in (first, driver)
     np.testing.assert_array_equal(
         np.concatenate([out[k] for k in sorted(out)]), affine(np.arange(3 * K)), strict=True
     )

@@ -134,6 +134,7 @@ class RedundantJob(JobHandle):
         self._fenced = len(pool) < len(workers)
         self._unpin: list[Key] = []  # started copies whose restriction is still to lift
         self._unpinning: asyncio.Task[None] | None = None
+        self._live_at: tuple[float, set[str]] | None = None  # when asked, the workers
         self.workers = choose_workers(
             pool, len(pool), spread_hosts=bool(config.get("spread-hosts"))
         )
@@ -434,13 +435,17 @@ class RedundantJob(JobHandle):
                     if held is not None:
                         _dist.release(held)
 
-    def _live(self) -> set[str] | None:
-        """The workers of the cluster now (the client's view, refreshed every few
-        seconds), when the copies are held to their workers; else None (Dask moves a
-        loose copy whose worker left)."""
+    async def _live(self) -> set[str] | None:
+        """The running workers (asked of the scheduler at most once a second), when the
+        copies are held to their workers; else None (Dask moves a loose copy whose worker
+        left). Not the client's ``scheduler_info()``: an asynchronous client's (the
+        driver's, on its loop) lists no workers."""
         if not self._fenced:
             return None
-        return set(self.client.scheduler_info().get("workers", {})) or None
+        now = self._elapsed()
+        if self._live_at is None or now - self._live_at[0] >= 1.0:
+            self._live_at = (now, set(await _dist.running_workers(self.client)))
+        return self._live_at[1] or None
 
     def _stranded(self, live: set[str] | None) -> list[int]:
         """The blocks with no winner whose every pending copy is held to a worker that left
@@ -465,7 +470,7 @@ class RedundantJob(JobHandle):
         copy started longer than the threshold ago (every copy says when it starts), or,
         in the tail, none of its copies started; and at once, of a block whose copies are
         all held to workers that left (:meth:`_stranded`)."""
-        live = self._live()
+        live = await self._live()
         late = self._stranded(live)
         threshold = self.rule.threshold(self.K, self._durations)
         now = self._elapsed()
