@@ -261,8 +261,8 @@ async def test_a_slow_transfer_is_hedged_to_another_worker(c, s, *workers):
             dask_bacc.submit_coded(twice, X, code="uncoded", n_blocks=4, client=c), 20
         )
         [j] = [j for j, w in enumerate(job.report.workers) if w == slow.address]
+        # (another block is hedged too only if its transfer took over a second: not asserted)
         assert job.sent.rounds[j] == 2 and job.sent.holder[j] != slow.address
-        assert all(job.sent.rounds[b] == 1 for b in range(4) if b != j)
         out = await asyncio.wait_for(job, 20)
     finally:
         release.set()
