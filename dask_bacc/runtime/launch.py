@@ -243,9 +243,6 @@ class ClientBlocks:
         )
         return {keys.parse(k).index: (worker, f) for k, f in out.items()}  # type: ignore[union-attr, misc]
 
-    def clear(self) -> None:
-        self.futures.clear()
-
 
 #: transfers given up for a faster copy, held until they end (then their futures go)
 _detached: set[asyncio.Future[Any]] = set()

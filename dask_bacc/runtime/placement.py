@@ -191,6 +191,11 @@ def place_copies(
     return primaries, backups
 
 
+def _is_silent(ws: Any, now: float) -> bool:
+    """A scheduler ``WorkerState`` whose last heartbeat is older than ``SILENT_AFTER``."""
+    return bool(now - ws.last_seen > SILENT_AFTER)
+
+
 def silent_workers(workers: list[str], dask_scheduler: Any = None) -> list[str]:
     """On the scheduler: which of ``workers`` sent no heartbeat for longer than
     ``SILENT_AFTER`` seconds (frozen, or paused for long: still counted as running until
@@ -199,12 +204,8 @@ def silent_workers(workers: list[str], dask_scheduler: Any = None) -> list[str]:
     from distributed.metrics import time as now
 
     t = now()
-    out = []
-    for addr in workers:
-        ws = dask_scheduler.workers.get(addr)
-        if ws is not None and t - ws.last_seen > SILENT_AFTER:
-            out.append(addr)
-    return out
+    known = [(a, dask_scheduler.workers.get(a)) for a in workers]
+    return [a for a, ws in known if ws is not None and _is_silent(ws, t)]
 
 
 def waiting_on_silent(tasks: list[Key], dask_scheduler: Any = None) -> dict[Key, list[Key]]:
@@ -215,19 +216,17 @@ def waiting_on_silent(tasks: list[Key], dask_scheduler: Any = None) -> dict[Key,
     from distributed.metrics import time as now
 
     t = now()
-
-    def silent(ws: Any) -> bool:
-        return bool(t - ws.last_seen > SILENT_AFTER)
-
     out: dict[Key, list[Key]] = {}
     for key in tasks:
         ts = dask_scheduler.tasks.get(key)
-        if ts is None or ts.state != "processing" or silent(ts.processing_on):
+        if ts is None or ts.state != "processing" or _is_silent(ts.processing_on, t):
             continue
         stuck = [
             d.key
             for d in ts.dependencies
-            if ts.processing_on not in d.who_has and d.who_has and all(map(silent, d.who_has))
+            if ts.processing_on not in d.who_has
+            and d.who_has
+            and all(_is_silent(ws, t) for ws in d.who_has)
         ]
         if stuck:
             out[key] = stuck
