@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import dask_bacc.codes as codes
 from dask_bacc.codes import (
     BerrutCode,
+    BSplineCode,
     Code,
     InsufficientResults,
     LagrangeCode,
@@ -71,6 +72,14 @@ CODE_SPECS = [
     (SplineCode, (4, 4), {"systematic": True}),
     (SplineCode, (7, 16), {"systematic": True}),
     (SplineCode, (5, 12), {"systematic": True, "smoothing": 0.001}),
+    (BSplineCode, (1, 2), {}),
+    (BSplineCode, (2, 4), {}),
+    (BSplineCode, (3, 7), {}),
+    (BSplineCode, (4, 9), {"support": 2}),
+    (BSplineCode, (8, 16), {}),
+    (BSplineCode, (4, 4), {"systematic": True}),
+    (BSplineCode, (7, 16), {"systematic": True}),
+    (BSplineCode, (5, 12), {"systematic": True, "support": 2}),
     (LagrangeCode, (1, 2), {}),
     (LagrangeCode, (4, 6), {"degree": 1}),
     (LagrangeCode, (3, 7), {"degree": 2}),

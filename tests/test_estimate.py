@@ -242,7 +242,14 @@ def test_estimate_properties(K, extra, seed, systematic, data):
 
 
 # -- small K: an estimate that is not optimistic (issue 23; docs/accuracy.md "Small K") ------
-SMALL_K_CODES = ("systematic-spline", "spline", "berrut", "systematic-berrut")
+SMALL_K_CODES = (
+    "systematic-spline",
+    "spline",
+    "berrut",
+    "systematic-berrut",
+    "bspline",
+    "systematic-bspline",
+)
 
 
 def readme_case(name: str, K: int, N: int, kind: str, returned: list[int], seed: int):

@@ -124,6 +124,7 @@ CODES = [
     "spline",
     "berrut",
     "systematic-berrut",
+    "bspline",
     "repetition",
     "lagrange",
     "uncoded",

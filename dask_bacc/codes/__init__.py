@@ -8,6 +8,7 @@ matrix.
 from ..exceptions import InsufficientResults
 from .base import Code, InterpolatingCode
 from .berrut import BerrutCode
+from .bspline import BSplineCode
 from .estimate import ErrorEstimate, count_sketch, estimate_error
 from .lagrange import LagrangeCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
@@ -17,6 +18,7 @@ from .robust import Screening, detect_inconsistent, locate_corrupted, robust_dec
 from .spline import SplineCode
 
 __all__ = [
+    "BSplineCode",
     "BerrutCode",
     "Code",
     "ErrorEstimate",

@@ -473,14 +473,15 @@ def estimate_error(
     Raises
     ------
     InsufficientResults
-        An exact code cannot decode from ``returned``.
+        The code cannot decode from ``returned`` (an exact code short of its threshold,
+        blocks a local code has no returned share near).
     """
     results = np.asarray(results)
     idx, Y = _sorted(code, returned, results)
     K = code.K
+    if not code.can_decode(idx):  # (an exact code short of its threshold, a gap)
+        raise InsufficientResults(f"{code!r} cannot decode from {idx.tolist()}")
     if code.exact or code.is_exact(idx):
-        if not code.can_decode(idx):
-            raise InsufficientResults(f"{code!r} cannot decode from {idx.tolist()}")
         if code.exact and code.amplification(idx) > AMPLIFICATION_LIMIT:
             # exact in exact arithmetic, not in floating point: no figure to vouch for
             return ErrorEstimate(

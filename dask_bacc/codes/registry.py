@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from ..exceptions import UnknownCodeError
 from .base import Code
 from .berrut import BerrutCode
+from .bspline import BSplineCode
 from .lagrange import LagrangeCode
 from .repetition import RepetitionCode, Uncoded
 from .spline import SplineCode
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 #: names :func:`get_code` accepts besides the registered ones
-ALIASES = ("systematic-berrut", "systematic-spline")
+ALIASES = ("systematic-berrut", "systematic-spline", "systematic-bspline")
 
 _REGISTRY: dict[str, type[Code]] = {}
 
@@ -84,10 +85,9 @@ def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
     Parameters
     ----------
     name : str
-        One of :func:`registered_codes` (``"berrut"``, ``"spline"``, ``"lagrange"``,
-        ``"repetition"``, ``"uncoded"``), or ``"systematic-berrut"`` /
-        ``"systematic-spline"`` as a shorthand for ``get_code("berrut", ...,
-        systematic=True)`` / ``get_code("spline", ..., systematic=True)``.
+        One of :func:`registered_codes` (``"berrut"``, ``"spline"``, ``"bspline"``,
+        ``"lagrange"``, ``"repetition"``, ``"uncoded"``), or ``"systematic-<name>"`` of
+        the first three as a shorthand for ``get_code("<name>", ..., systematic=True)``.
     K, N : int
         Data blocks and coded blocks (``N`` may be omitted for ``"uncoded"``).
     **options
@@ -101,5 +101,5 @@ def get_code(name: str, K: int, N: int | None = None, **options: Any) -> Code:
     return cls(K, N, **options)
 
 
-for _cls in (BerrutCode, SplineCode, LagrangeCode, RepetitionCode, Uncoded):
+for _cls in (BerrutCode, SplineCode, BSplineCode, LagrangeCode, RepetitionCode, Uncoded):
     register_code(_cls)
