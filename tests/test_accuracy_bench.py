@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from dask_bacc.bench.accuracy import (
     COMPARE_CODES,
+    ESTIMATED,
+    LOCAL,
     AccuracyConfig,
     CompareConfig,
     _accuracy,
@@ -41,9 +43,12 @@ def test_run_accuracy_tiny_grid(tmp_path):
     cells = result["cells"]
     assert {c["workload"] for c in cells} == {"tanh-smooth", "square-random", "digits"}
     for c in cells:
-        assert {"berrut", "systematic-berrut", "repetition"} <= set(c["error"])
-        assert all(v >= 0 for v in c["error"].values())
-        assert set(c["ratio_estimate"]) == {"berrut", "systematic-berrut"}
+        assert {"berrut", "systematic-berrut", "repetition", *LOCAL} <= set(c["error"])
+        # a local code's error is None when every trial was skipped (a gap)
+        assert all(v >= 0 for v in c["error"].values() if v is not None)
+        assert set(c["ratio_estimate"]) == set(ESTIMATED)
+        assert set(c["skipped"]) == set(LOCAL)
+        assert all(0 <= n <= config.trials for n in c["skipped"].values())
         assert isinstance(c["beats_repetition"], bool)
     # Lagrange only for the polynomial workload; accuracy only for the classifier
     assert all(("lagrange" in c["error"]) == (c["workload"] == "square-random") for c in cells)
@@ -55,6 +60,7 @@ def test_run_accuracy_tiny_grid(tmp_path):
     summary = result["summary"]
     assert 0 <= summary["calibration"]["berrut"]["cells_within_2x"] <= 1
     assert set(summary["by_workload"]) == {"tanh-smooth", "square-random", "digits"}
+    assert set(summary["skipped"]) == set(LOCAL)
     text = accuracy_markdown(result)
     assert "Calibration of the error estimate" in text and "| digits |" in text
     paths = write_accuracy(result, tmp_path)

@@ -88,3 +88,61 @@ def test_median_error_no_worse_than_berrut(kind):
             out = np.tanh(code.encode(X)[ret] @ W)
             errs[name].append(relative_error(code.decode(out, ret), truth))
     assert np.median(errs["bspline"]) <= np.median(errs["berrut"])
+
+
+# -- on a cluster: what each share reads, and the bytes moved per answer ---------------------
+
+SIXTEEN = [("127.0.0.1", 1)] * 17
+
+
+def _reads_per_share(s, token):
+    """Dependencies (input blocks) of each of the job's eval tasks on the scheduler."""
+    from dask_bacc.runtime.keys import parse as parse_key
+
+    out = {}
+    for key, ts in s.tasks.items():
+        p = parse_key(key) if isinstance(key, tuple) else None
+        if p is not None and p.kind == "eval" and p.token == token:
+            out[int(p.index)] = len(ts.dependencies)
+    return out
+
+
+@pytest.mark.parametrize("code,most", [("bspline", 4), ("systematic-bspline", 4), ("berrut", 8)])
+def test_each_share_of_a_job_reads_at_most_its_support_and_bytes_moved_follow(code, most):
+    """A persisted dask array in 8 chunks on 17 workers, N = 16: every eval task of a
+    bspline job depends on at most 4 chunks (Berrut: all 8), and ``report.bytes_moved`` is
+    the blocks the shares read plus the results the decode read, as counted here."""
+    import asyncio
+
+    import dask.array as da
+    from cluster_helpers import gen_cluster, until
+
+    import dask_bacc
+
+    X = np.random.default_rng(0).standard_normal((800, 10))
+
+    @gen_cluster(client=True, nthreads=SIXTEEN)
+    async def run(c, s, *workers):
+        x = c.persist(da.from_array(X, chunks=(100, 10)))
+        await x
+        gate = asyncio.Event()
+        seen: dict[int, int] = {}
+
+        job = await dask_bacc.submit_coded(np.tanh, x, code=code, n_coded=16, wait=16, client=c)
+        while not gate.is_set():
+            seen.update(_reads_per_share(s, job.token))
+            if len(seen) == 16 or job.done():
+                gate.set()
+            await asyncio.sleep(0)
+        out = await job
+        assert out.shape == X.shape
+        await until(lambda: job.report.bytes_moved is not None, "bytes moved")
+        assert len(seen) == 16
+        assert max(seen.values()) <= most and (code == "berrut") == (max(seen.values()) == 8)
+        E = dask_bacc.codes.get_code(code, 8, 16).encoding_matrix()
+        block, result = X[:100].nbytes, X[:100].nbytes  # tanh keeps the shape
+        expected = int((E != 0).sum()) * block + len(job.report.returned) * result
+        assert job.report.bytes_moved == expected
+        del x, out
+
+    run()

@@ -14,12 +14,16 @@ degree-2 polynomial ``(X W)**2`` of random data, the one workload Lagrange coded
 applies to.
 
 Per cell it reports the median relative error ``||decoded - f(X)|| / ||f(X)||`` of Berrut,
-systematic Berrut, repetition and (polynomial f) Lagrange; repetition blocks with no copy
-back, and Lagrange below its recovery threshold, decode to zeros (relative error 1 for
-those blocks): that is what they give from the same results, where the runtime would wait
-for more. For the Berrut codes it reports the ratio estimate / true error of
-:func:`dask_bacc.codes.estimate.estimate_error` (median over trials; a cell is within 2x
-when that median is in [0.5, 2]).
+systematic Berrut, repetition, (polynomial f) Lagrange and the local-support codes bspline
+and systematic bspline; repetition blocks with no copy back, and Lagrange below its
+recovery threshold, decode to zeros (relative error 1 for those blocks): that is what they
+give from the same results, where the runtime would wait for more. A returned set that
+leaves a bspline block with no returned share near it is not decodable (the runtime waits
+for a covering share): such a trial is skipped for that code and counted (``skipped``),
+so its medians are over the decodable trials only, and it does not compete for the best
+code against repetition. For the Berrut and bspline codes it reports the ratio estimate /
+true error of :func:`dask_bacc.codes.estimate.estimate_error` (median over trials; a cell
+is within 2x when that median is in [0.5, 2]).
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ DEFAULT_RATIOS = (1.25, 1.5, 2.0, 4.0)
 ROWS = 16  # rows per block
 FEATURES = 8
 OUTPUTS = 8
+#: codes whose error estimate the grid calibrates
+ESTIMATED = ("berrut", "systematic-berrut", "bspline", "systematic-bspline")
+#: local-support codes: a returned set with a gap is not decodable (the trial is skipped)
+LOCAL = ("bspline", "systematic-bspline")
 
 
 @dataclass(frozen=True)
@@ -243,12 +251,21 @@ def _trial(
     }
     if workload.degree is not None and N >= workload.degree * (K - 1) + 1:
         codes["lagrange"] = LagrangeCode(K, N, degree=workload.degree)
-    out: dict[str, Any] = {"error": {}, "estimate": {}, "accuracy": {}}
+    for name in LOCAL:
+        codes[name] = get_code(name, K, N)
+    out: dict[str, Any] = {"error": {}, "estimate": {}, "accuracy": {}, "skipped": {}}
     for name, code in codes.items():
+        if name in LOCAL:
+            out["skipped"][name] = not code.can_decode(returned)
+            if out["skipped"][name]:  # a gap: the runtime would wait for more results
+                out["error"][name] = out["estimate"][name] = None
+                if labels is not None:
+                    out["accuracy"][name] = None
+                continue
         results = np.stack([f(share) for share in code.encode(X)])[returned]
         decoded = _decode_or_zeros(code, results, returned, exact.shape)
         out["error"][name] = _rel(decoded, exact)
-        if name in ("berrut", "systematic-berrut"):
+        if name in ESTIMATED:
             out["estimate"][name] = estimate_error(code, results, returned).overall
         if labels is not None:
             out["accuracy"][name] = _accuracy(decoded, labels)
@@ -308,11 +325,13 @@ def run_accuracy(config: AccuracyConfig, progress: bool = False) -> dict[str, An
         cell["estimate"] = {
             c: _median([t["estimate"][c] for t in trials]) for c in trials[0]["estimate"]
         }
+        cell["skipped"] = {c: sum(t["skipped"][c] for t in trials) for c in trials[0]["skipped"]}
         cell["ratio_estimate"] = {}
         cell["trials_within_2x"] = {}
         cell["trials_ge_half"] = {}
         for c in trials[0]["estimate"]:
-            raw = [_ratio(t["estimate"][c], t["error"][c]) for t in trials]
+            decodable = [t for t in trials if not t["skipped"].get(c)]
+            raw = [_ratio(t["estimate"][c], t["error"][c]) for t in decodable]
             ratios = [x for x in raw if x is not None]
             cell["trials_ge_half"][c] = _ge_half_counts(raw)
             cell["ratio_estimate"][c] = float(np.exp(np.median(np.log(ratios)))) if ratios else None
@@ -323,7 +342,8 @@ def run_accuracy(config: AccuracyConfig, progress: bool = False) -> dict[str, An
             cell["accuracy"] = {
                 c: _median([t["accuracy"][c] for t in trials]) for c in trials[0]["accuracy"]
             }
-        dask_bacc_codes = [c for c in cell["error"] if c != "repetition"]
+        # the codes decoded in every trial (bspline's medians are over its decodable ones)
+        dask_bacc_codes = [c for c in cell["error"] if c != "repetition" and c not in LOCAL]
         best = min(dask_bacc_codes, key=lambda c: cell["error"][c])
         cell["best"] = best
         cell["beats_repetition"] = cell["error"][best] <= cell["error"]["repetition"] + 1e-9
@@ -432,23 +452,58 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
             },
         }
 
+    def skipped(sel: list[dict[str, Any]], code: str) -> dict[str, Any]:
+        n = [c["skipped"][code] for c in sel if code in c.get("skipped", {})]
+        return {
+            "trials": int(sum(n)),
+            "cells_with_skips": sum(1 for x in n if x),
+            "cells_all_skipped": sum(
+                1 for c in sel if code in c.get("skipped", {}) and c["error"][code] is None
+            ),
+        }
+
+    def local_vs_berrut(sel: list[dict[str, Any]], code: str) -> dict[str, Any]:
+        """Per cell median error of ``code`` / Berrut's (same N, S, pattern): the median
+        of that ratio over the cells and the share of cells where ``code`` is lower."""
+        r = [
+            c["error"][code] / c["error"]["berrut"]
+            for c in sel
+            if c["error"].get(code) is not None and c["error"]["berrut"] > 0
+        ]
+        return {
+            "cells": len(r),
+            "median_ratio": float(np.median(r)) if r else None,
+            "lower": float(np.mean([x < 1 for x in r])) if r else None,
+        }
+
+    present = [c for c in ESTIMATED if cells and c in cells[0]["ratio_estimate"]]
+    local = [c for c in LOCAL if cells and c in cells[0].get("skipped", {})]
     out: dict[str, Any] = {
-        "calibration": {c: calib(cells, c) for c in ("berrut", "systematic-berrut")},
+        "calibration": {c: calib(cells, c) for c in present},
         "versus_repetition": versus(cells),
+        "skipped": {c: skipped(cells, c) for c in local},
+        "versus_berrut": {c: local_vs_berrut(cells, c) for c in local},
         "by_workload": {},
     }
     for w in sorted({c["workload"] for c in cells}):
         sel = [c for c in cells if c["workload"] == w]
         out["by_workload"][w] = {
-            "calibration": {c: calib(sel, c) for c in ("berrut", "systematic-berrut")},
+            "calibration": {c: calib(sel, c) for c in present},
             "versus_repetition": versus(sel),
+            "skipped": {c: skipped(sel, c) for c in local},
+            "versus_berrut": {c: local_vs_berrut(sel, c) for c in local},
         }
     acc = [c for c in cells if "accuracy" in c]
     if acc:
         out["classification_accuracy"] = {
-            code: float(np.mean([c["accuracy"][code] for c in acc])) for code in acc[0]["accuracy"]
+            code: _mean([c["accuracy"][code] for c in acc]) for code in acc[0]["accuracy"]
         }
     return out
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
 
 
 def _ge(v: dict[str, Any]) -> str:
@@ -500,6 +555,28 @@ def accuracy_markdown(result: dict[str, Any], cells_table: bool = True) -> str:
         lines.append(
             f"| {w} | {v['cells']} | {_fmt(v['matches_or_beats'])} | {best} | {pat} | {share} |"
         )
+    if s.get("skipped"):
+        lines += [
+            "",
+            "## Local-support codes: undecodable sets skipped, error against Berrut",
+            "",
+            "A returned set leaving a block with no returned share within one block spacing is "
+            "not decodable (the runtime waits for more results): the trial is skipped for that "
+            "code, and its cell's medians are over the decodable trials. Error ratio: the "
+            "cell's median error over Berrut's at the same N, S and pattern, median over cells.",
+            "",
+            "| workload | code | trials skipped | cells with skips | cells all skipped "
+            "| error / berrut (median) | cells lower than berrut |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for w, v in [("all", s), *s["by_workload"].items()]:
+            for code, k in v["skipped"].items():
+                vb = v["versus_berrut"][code]
+                lines.append(
+                    f"| {w} | {code} | {k['trials']} | {k['cells_with_skips']} | "
+                    f"{k['cells_all_skipped']} | {_fmt(vb['median_ratio'])} | "
+                    f"{_fmt(vb['lower'])} |"
+                )
     if "classification_accuracy" in s:
         lines += ["", "## Digits classifier: accuracy of the decoded probabilities (mean)", ""]
         lines.append("| " + " | ".join(s["classification_accuracy"]) + " |")
@@ -511,17 +588,22 @@ def accuracy_markdown(result: dict[str, Any], cells_table: bool = True) -> str:
         lines += ["", "## Every cell (medians over trials)", ""]
         lines.append(
             "| workload | K | N | S | pattern | berrut | systematic | repetition | lagrange "
-            "| est/true berrut | est/true systematic | best beats repetition |"
+            "| est/true berrut | est/true systematic | best beats repetition "
+            "| bspline | systematic bspline | est/true bspline | est/true systematic bspline "
+            "| bspline skipped | systematic bspline skipped |"
         )
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for c in result["cells"]:
-            e, r = c["error"], c["ratio_estimate"]
+            e, r, k = c["error"], c["ratio_estimate"], c.get("skipped", {})
             lines.append(
                 f"| {c['workload']} | {c['K']} | {c['N']} | {c['S']} | {c['pattern']} | "
                 f"{_fmt(e['berrut'])} | {_fmt(e['systematic-berrut'])} | "
                 f"{_fmt(e['repetition'])} | {_fmt(e.get('lagrange'))} | "
                 f"{_fmt(r.get('berrut'))} | {_fmt(r.get('systematic-berrut'))} | "
-                f"{_fmt(c['beats_repetition'])} |"
+                f"{_fmt(c['beats_repetition'])} | "
+                f"{_fmt(e.get('bspline'))} | {_fmt(e.get('systematic-bspline'))} | "
+                f"{_fmt(r.get('bspline'))} | {_fmt(r.get('systematic-bspline'))} | "
+                f"{k.get('bspline', '-')} | {k.get('systematic-bspline', '-')} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -612,9 +694,18 @@ def write_accuracy(result: dict[str, Any], out: Path) -> dict[str, Any]:
 
 # -- the code comparison (issue 12): spline, Berrut and repetition, with and without log --
 
-#: The codes the comparison decodes, all at the same N from the same results.
-COMPARE_CODES = ("berrut", "systematic-berrut", "spline", "systematic-spline", "repetition")
-APPROXIMATE = COMPARE_CODES[:4]
+#: The codes the comparison decodes, all at the same N from the same results (a bspline
+#: code skips a set it cannot decode, a gap, and the cell counts it in ``skipped``).
+COMPARE_CODES = (
+    "berrut",
+    "systematic-berrut",
+    "spline",
+    "systematic-spline",
+    "bspline",
+    "systematic-bspline",
+    "repetition",
+)
+APPROXIMATE = COMPARE_CODES[:6]
 MLP_HIDDEN = 32
 
 
@@ -763,11 +854,23 @@ def _compare_trial(
     exact = np.stack([f(x) for x in X])
     lost = rng.choice(N, s, replace=False)
     returned = rng.permutation(np.setdiff1d(np.arange(N), lost))
-    out: dict[str, dict[str, float]] = {"error": {}, "estimate": {}, "accuracy": {}}
+    out: dict[str, dict[str, Any]] = {"error": {}, "estimate": {}, "accuracy": {}, "skipped": {}}
     if labels is not None:
         out["accuracy"]["uncoded"] = _accuracy(exact, labels)
     for name in codes:
         code = get_code(name, K, N)
+        if name in LOCAL:
+            out["skipped"][name] = not code.can_decode(returned)
+            if out["skipped"][name]:  # a gap: the runtime would wait for more results
+                for tname in transforms:
+                    if tname is None or task.positive:
+                        key = _label(name, tname)
+                        out["error"][key] = None
+                        if labels is not None:
+                            out["accuracy"][key] = None
+                        if estimate and name in APPROXIMATE:
+                            out["estimate"][key] = None
+                continue
         Y = np.stack([f(share) for share in code.encode(X)])
         for tname in transforms:
             if tname is not None and not task.positive:
@@ -797,22 +900,33 @@ def _ratio_tol(estimate: float, true: float) -> float | None:
     return estimate / true
 
 
-def _cell_stats(trials: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+def _stat(fn: Callable, values: list[float]) -> float | None:
+    return float(fn(values)) if values else None
+
+
+def _cell_stats(trials: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     keys = list(trials[0]["error"])
+    # a local code (bspline) is taken over the trials it could decode (None: skipped)
+    errs = {k: [t["error"][k] for t in trials if t["error"][k] is not None] for k in keys}
     cell: dict[str, Any] = {
-        "mean_error": {k: float(np.mean([t["error"][k] for t in trials])) for k in keys},
-        "median_error": {k: float(np.median([t["error"][k] for t in trials])) for k in keys},
+        "mean_error": {k: _stat(np.mean, errs[k]) for k in keys},
+        "median_error": {k: _stat(np.median, errs[k]) for k in keys},
     }
+    if trials[0]["skipped"]:
+        cell["skipped"] = {
+            k: int(sum(t["skipped"][k] for t in trials)) for k in trials[0]["skipped"]
+        }
     if trials[0]["accuracy"]:
         acc = list(trials[0]["accuracy"])
-        cell["accuracy"] = {k: float(np.mean([t["accuracy"][k] for t in trials])) for k in acc}
+        accs = {k: [t["accuracy"][k] for t in trials if t["accuracy"][k] is not None] for k in acc}
+        cell["accuracy"] = {k: _stat(np.mean, accs[k]) for k in acc}
         # the worst tenth of the trials: how bad an unlucky straggler set is
-        cell["accuracy_p10"] = {
-            k: float(np.percentile([t["accuracy"][k] for t in trials], 10)) for k in acc
-        }
+        cell["accuracy_p10"] = {k: _stat(lambda v: np.percentile(v, 10), accs[k]) for k in acc}
     cell["ratio_estimate"], cell["trials_within_2x"], cell["trials_ge_half"] = {}, {}, {}
     for k in trials[0]["estimate"]:
-        raw = [_ratio_tol(t["estimate"][k], t["error"][k]) for t in trials]
+        raw = [
+            _ratio_tol(t["estimate"][k], t["error"][k]) for t in trials if t["error"][k] is not None
+        ]
         ratios = [x for x in raw if x is not None]
         cell["trials_ge_half"][k] = _ge_half_counts(raw)
         cell["ratio_estimate"][k] = float(np.median(ratios)) if ratios else None
@@ -976,7 +1090,12 @@ def compare_markdown(result: dict[str, Any]) -> str:
                     rule,
                 ]
                 for k in ["uncoded", *keys]:
-                    row = [f"{c['accuracy'][k]:.3f} ({c['accuracy_p10'][k]:.3f})" for c in sel]
+                    row = [
+                        "-"
+                        if c["accuracy"][k] is None
+                        else f"{c['accuracy'][k]:.3f} ({c['accuracy_p10'][k]:.3f})"
+                        for c in sel
+                    ]
                     lines.append(f"| {k} | " + " | ".join(row) + " |")
                 lines += [
                     "",
@@ -1001,6 +1120,18 @@ def compare_markdown(result: dict[str, Any]) -> str:
                 for k in keys:
                     row = [_fmt(c["mean_error"][k]) for c in sel]
                     lines.append(f"| {k} | " + " | ".join(row) + " |")
+            if "skipped" in sel[0]:
+                lines += [
+                    "",
+                    "Undecodable straggler sets skipped (a gap; the runtime waits for more "
+                    "results), of "
+                    f"{cfg['trials']}: "
+                    + "; ".join(
+                        f"{code} " + ", ".join(str(c["skipped"][code]) for c in sel)
+                        for code in sel[0]["skipped"]
+                    )
+                    + " (by s); their rows above are over the decodable sets.",
+                ]
             lines.append("")
     if same is not None:
         lines += [
@@ -1052,7 +1183,7 @@ def compare_markdown(result: dict[str, Any]) -> str:
                 errs = [c["mean_error"][k] for c in rows]
                 slope = (
                     f"{np.polyfit(np.log([c['N'] for c in rows]), np.log(errs), 1)[0]:.2f}"
-                    if len(rows) > 1 and min(errs) > 0
+                    if len(rows) > 1 and None not in errs and min(errs) > 0
                     else "-"
                 )
                 lines.append(
@@ -1081,6 +1212,8 @@ _STYLE = {
     "systematic-berrut": ("C1", "s"),
     "spline": ("C2", "^"),
     "systematic-spline": ("C3", "v"),
+    "bspline": ("C4", "D"),
+    "systematic-bspline": ("C5", "P"),
     "repetition": ("k", "x"),
 }
 
@@ -1121,7 +1254,7 @@ def write_compare_plots(result: dict[str, Any], out: Path) -> list[Path]:
                     color, marker = _STYLE[code]
                     ax.plot(
                         s,
-                        [c["accuracy"][k] for c in sel],
+                        [_nan(c["accuracy"][k]) for c in sel],
                         ls="--" if tname else "-",
                         color=color,
                         marker=marker,
@@ -1149,8 +1282,8 @@ def write_compare_plots(result: dict[str, Any], out: Path) -> list[Path]:
             Nv = [c["N"] for c in rows]
             for k in sorted(rows[0]["mean_error"], key=_row_order):
                 color, marker = _STYLE[k]
-                ax.plot(Nv, [c["mean_error"][k] for c in rows], "-", color=color, marker=marker,
-                        label=k)  # fmt: skip
+                errs = [_nan(c["mean_error"][k]) for c in rows]
+                ax.plot(Nv, errs, "-", color=color, marker=marker, label=k)
             ax.set(
                 xscale="log",
                 yscale="log",
@@ -1166,6 +1299,11 @@ def write_compare_plots(result: dict[str, Any], out: Path) -> list[Path]:
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     return paths
+
+
+def _nan(x: float | None) -> float:
+    """A value to plot: None (every set skipped) as a gap."""
+    return math.nan if x is None else x
 
 
 def _first(cells: list[dict[str, Any]], task: str) -> dict[str, Any]:

@@ -58,6 +58,7 @@ _TABLE_FIELDS = (
     "decode_seconds",
     "time_saved",
     "extra_cpu",
+    "moved",
     "error_estimate",
     "status",
 )
@@ -87,6 +88,13 @@ def _fmt_estimate(value: Any) -> str:
             if isinstance(v, (int, float)):
                 return f"{v:.3g}"
     return str(value)
+
+
+def _fmt_bytes(value: Any) -> str:
+    """Bytes moved for a job's answer (``report.bytes_moved``), as dask writes sizes."""
+    from dask.utils import format_bytes
+
+    return "" if value is None else format_bytes(int(value))
 
 
 def _fmt_seconds(value: Any) -> str:
@@ -142,6 +150,7 @@ class BaccPage:
             TableColumn(field="decode_seconds", title="decode (s)", width=80, formatter=seconds),
             TableColumn(field="time_saved", title="time saved (s)", width=100),
             TableColumn(field="extra_cpu", title="extra CPU (s)", width=90),
+            TableColumn(field="moved", title="moved", width=70),
             TableColumn(field="error_estimate", title="error est.", width=80),
             TableColumn(field="status", title="status", width=80),
         ]
@@ -277,6 +286,7 @@ class BaccPage:
             data["decode_seconds"].append(r["decode_seconds"])
             data["time_saved"].append(_fmt_saved(r))
             data["extra_cpu"].append(_fmt_seconds(r.get("redundant_cpu")))
+            data["moved"].append(_fmt_bytes(r.get("bytes_moved")))
             data["error_estimate"].append(_fmt_estimate(r["error_estimate"]))
             data["status"].append(r["status"])
         # bokeh's stub wants dict[str, Sequence | array | ...] (invariant): lists are fine

@@ -76,7 +76,9 @@ class TaskTrack:
         "index",
         "kind",
         "lost",
+        "nbytes",
         "outcome",
+        "reads",
         "reason",
         "released",
         "submitted",
@@ -99,6 +101,10 @@ class TaskTrack:
         #: thread-seconds it computed, from its worker's start/stop times (None: not known
         #: yet; a task cancelled while running: from dispatch to its release)
         self.cpu: float | None = None
+        #: bytes of the inputs it read (its dependencies, when it was sent to its worker)
+        #: and of its result (None: not known)
+        self.reads: int | None = None
+        self.nbytes: int | None = None
 
 
 class DecodeRound:
@@ -139,6 +145,7 @@ class JobStats:
         self.outcome: str | None = None
         self.quiet_since: float | None = None  # one of (no live task, client's word) so far
         self.cpu_counted: set[int] = set()  # tasks whose thread time is in the totals
+        self.bytes_moved: int | None = None  # set by the client's clean-up (moved_bytes)
 
     # -- derived figures ----------------------------------------------------------------
     def decode_round(self) -> DecodeRound | None:
@@ -275,6 +282,7 @@ class JobStats:
             "error_estimate": rep.get("error_estimate"),
             "error": rep.get("error"),
             **self.savings(),
+            "bytes_moved": self.bytes_moved,
             "client": self.client,
             "span_id": self.span_id,
             "closed": self.closed is not None,
@@ -474,11 +482,15 @@ class BaccDiagnostics(SchedulerPlugin):
             ts = self.scheduler.tasks.get(key)
             if ts is not None and ts.processing_on is not None:
                 t.worker = ts.processing_on.address
+            if ts is not None:  # its inputs are all in memory now: their sizes are known
+                t.reads = sum(max(int(dep.nbytes), 0) for dep in ts.dependencies)
             if t.outcome == "pending":
                 t.outcome, t.dispatched = "running", now
             t.released = None
         elif finish == "memory":
             t.worker = kw.get("worker", t.worker)
+            if kw.get("nbytes") is not None:
+                t.nbytes = int(kw["nbytes"])
             self._note_cpu(job, t, kw)
             if t.outcome not in _TERMINAL:
                 t.outcome, t.ended = "landed", now
@@ -549,6 +561,20 @@ class BaccDiagnostics(SchedulerPlugin):
             elif t.outcome == "running" and t.dispatched is not None:
                 out[t.index] = max(now - t.dispatched, 0.0)
         return out
+
+    def moved_bytes(self, token: str, used: list[int], in_specs: int) -> int | None:
+        """Bytes moved for job ``token``'s answer, kept for its dashboard row: the inputs
+        each coded task sent to a worker read (its dependencies: the blocks of its share),
+        ``in_specs`` bytes of shares carried inside the tasks (small in-memory input),
+        and the results of ``used``, which the decode reads. None for an unknown job."""
+        job = self.jobs.get(token)
+        if job is None:
+            return None
+        tasks = job.tasks
+        reads = sum(t.reads for t in tasks.values() if t.reads is not None)
+        results = sum(tasks[i].nbytes or 0 for i in used if i in tasks)
+        job.bytes_moved = int(in_specs + reads + results)
+        return job.bytes_moved
 
     def _let_go(self, job: JobStats, t: TaskTrack, now: float) -> None:
         """A landed result was let go before the client said anything: a job decoded on

@@ -171,6 +171,7 @@ def _job_done(
     keys: list[Key],
     everywhere: bool = True,
     view: tuple[list[str], int, int, int | None] | None = None,
+    used: tuple[list[int], int] | None = None,
     dask_scheduler: Scheduler | None = None,
 ) -> dict[str, Any]:
     """On the scheduler: tell ``workers`` that job ``token`` is over (their evals not yet
@@ -183,6 +184,10 @@ def _job_done(
     answer also carries ``"view"``: :func:`dask_bacc.diagnostics.model_view` of those
     workers, unless the model has learned nothing since ``version`` (then it is left
     out: the client's view is current).
+
+    With ``used = (results the decode used, bytes of shares carried in the specs)``, the
+    answer carries ``"bytes"``, the bytes moved for the answer (the plugin's
+    ``moved_bytes``; None without the plugin).
 
     Unless the plugin is known to be ``everywhere``, only workers whose heartbeat says it
     is set up are told: a stream message with an op the worker has no handler for would
@@ -212,7 +217,12 @@ def _job_done(
     )
     plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
     cpu_of = getattr(plugin, "cpu_of", None)
-    answer = {"running": running, "cpu": None if cpu_of is None else cpu_of(token, now())}
+    moved = getattr(plugin, "moved_bytes", None)
+    answer = {
+        "running": running,
+        "cpu": None if cpu_of is None else cpu_of(token, now()),
+        "bytes": None if moved is None or used is None else moved(token, *used),
+    }
     if view is not None:
         model = getattr(plugin, "model", None)
         which, size, seed, version = view
@@ -1259,14 +1269,24 @@ class CodedJob(JobHandle):
                 want, version = wanted
                 seed = int(np.random.default_rng().integers(2**31))
                 view = (want, int(config.get("auto.draws")), seed, version)
+            in_specs = sum(self.launch.spec_bytes(self, i) for i in self._evals)
+            used = (list(self.report.returned), in_specs)
             answer = await asyncio.wait_for(
                 _dist.run_on_scheduler(
-                    client, _job_done, self.token, workers, keys_, plugin_everywhere(client), view
+                    client,
+                    _job_done,
+                    self.token,
+                    workers,
+                    keys_,
+                    plugin_everywhere(client),
+                    view,
+                    used,
                 ),
                 timeout=5,
             )
             running = set(answer["running"])
             self._fill_cpu(answer.get("cpu"))
+            self.report.bytes_moved = answer.get("bytes")
             if want is not None and "view" in answer:
                 auto_cache.views.put(client, want, answer["view"])
         except Exception:  # best effort: without the answer every straggler is cancelled

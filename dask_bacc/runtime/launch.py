@@ -63,6 +63,11 @@ class Launch:
         """The input blocks coded task ``i`` reads."""
         return []
 
+    def spec_bytes(self, job: CodedJob, i: int) -> int:
+        """Bytes of input coded task ``i`` carries inside its spec (not a dependency the
+        scheduler sizes): small in-memory input's share."""
+        return 0
+
     def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
         """Coded task ``i`` again, under round ``round``'s key, on the blocks as they are
         now (some sent again): see :meth:`~.job.CodedJob._relaunch`."""
@@ -109,6 +114,9 @@ class CodedLaunch(Launch):
     def reads(self, job: CodedJob, i: int) -> list[int]:
         assert self._E is not None  # initial() ran first
         return [int(j) for j in np.flatnonzero(self._E[i])]
+
+    def spec_bytes(self, job: CodedJob, i: int) -> int:
+        return 0 if self._shares is None else int(np.asarray(self._shares[i]).nbytes)
 
     def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
         assert self._call is not None and self._E is not None  # initial() ran first
@@ -361,6 +369,10 @@ class SpeculativeLaunch(Launch):
 
     def reads(self, job: CodedJob, i: int) -> list[int]:
         return [i % job.code.K]
+
+    def spec_bytes(self, job: CodedJob, i: int) -> int:
+        shares = self._shares
+        return 0 if shares is None else int(np.asarray(shares[i % job.code.K]).nbytes)
 
     def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
         """Copy ``i`` of block ``i % K`` (``i >= K``: a backup)."""

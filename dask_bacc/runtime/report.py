@@ -153,6 +153,15 @@ class JobReport:
         The part of ``total_cpu`` an uncoded run would not have spent: every task but the
         ``uncoded_tasks``. Without plain shares, ``(N - K) / N`` of ``total_cpu`` (the
         coded tasks do equal work).
+    bytes_moved : int or None
+        Bytes moved to answer (CodedJob): the inputs every coded task that was sent to a
+        worker read (the blocks its share mixes, as the scheduler sized them, or its
+        share inside its spec for small in-memory input), plus the results the decode
+        read. Inputs already on a task's worker are counted too: it is what moves when
+        no two tasks share a worker. A Berrut or spline share reads all K blocks, a
+        ``bspline`` share at most 4 (docs/codes.md). None without the scheduler plugin,
+        for a RedundantJob, and until the clean-up round trip after the output is
+        handed over.
     """
 
     token: str
@@ -200,6 +209,7 @@ class JobReport:
     time_saved: float | None = None
     total_cpu: float | None = None
     redundant_cpu: float | None = None
+    bytes_moved: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
