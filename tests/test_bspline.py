@@ -57,9 +57,7 @@ def test_a_gap_is_named_and_not_decoded():
 def test_min_results_is_the_fewest_covering_shares():
     code = BSplineCode(8, 16)
     assert code.min_results == 4
-    assert not any(
-        code.can_decode(list(s)) for s in [(0, 5, 10), (1, 6, 11), (2, 7, 15)]
-    )
+    assert not any(code.can_decode(list(s)) for s in [(0, 5, 10), (1, 6, 11), (2, 7, 15)])
 
 
 def test_windowed_spline_interpolates_and_reproduces_cubics():

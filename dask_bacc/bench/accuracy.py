@@ -288,10 +288,10 @@ def _median(values: list[float]) -> float | None:
 
 
 def _ratio(estimate: float, true: float) -> float | None:
+    if math.isnan(estimate):  # unknown (too few results), even for an exact decode
+        return None
     if true == 0.0:
         return 1.0 if estimate == 0.0 else math.inf  # exact: the estimate must say 0
-    if math.isnan(estimate):
-        return None
     return estimate / true
 
 
@@ -686,7 +686,7 @@ def write_accuracy(result: dict[str, Any], out: Path) -> dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Any] = {"json": out / "accuracy.json", "markdown": out / "accuracy.md"}
-    paths["json"].write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    paths["json"].write_text(json.dumps(_finite(result), indent=1, allow_nan=False) + "\n")
     paths["markdown"].write_text(accuracy_markdown(result))
     paths["plots"] = write_plots(result, out)
     return paths

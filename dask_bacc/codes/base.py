@@ -113,6 +113,11 @@ class Code:
     check_spare: ClassVar[int] = 0
 
     @property
+    def config_name(self) -> str:
+        """The name per-code settings list this code under (``bacc.wait.<name>``)."""
+        return self.name
+
+    @property
     def assumption(self) -> str | None:
         """What an exact decode assumes about f (None: nothing, e.g. repetition)."""
         return None
@@ -167,6 +172,11 @@ class Code:
         if len(returned) == 0:
             return False
         return as_returned(returned, self.N).size >= self.min_results
+
+    def enough(self, returned: Returned, target: int) -> bool:
+        """Whether ``returned`` meets a wait for ``target`` results: that many, and
+        decodable (a grouped code counts per group)."""
+        return len(returned) >= target and self.can_decode(returned)
 
     def is_exact(self, returned: Returned) -> bool:
         """Whether decoding from ``returned`` gives every block exactly (f(X_j), not an estimate).
@@ -277,6 +287,8 @@ class InterpolatingCode(Code):
     systematic_workers: IndexArray | None = None
     #: The leave-one-out factor of the error estimate is clipped to this range.
     calibration_range: ClassVar[tuple[float, float]] = (1.0, 4.0)
+    #: ``ErrorEstimate.method``: the embedded pair's companion (Floater-Hormann degree)
+    estimate_method: ClassVar[str] = "embedded-fh3"
 
     @property
     def interpolates(self) -> bool:

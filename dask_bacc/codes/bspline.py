@@ -132,9 +132,10 @@ class BSplineCode(InterpolatingCode):
 
     name = "bspline"
     exact = False
-    # the companion (Floater-Hormann of degree 3, as for the spline code) can overestimate
-    # on smooth data: the calibration may scale it down as well as up
+    # the companion (Floater-Hormann of degree 1) overestimates on smooth data: the
+    # calibration may scale it down as well as up
     calibration_range = (0.25, 4.0)
+    estimate_method = "embedded-fh1"
 
     def __init__(self, K: int, N: int, support: int = 4, systematic: bool = False):
         super().__init__(K, N)
@@ -175,12 +176,16 @@ class BSplineCode(InterpolatingCode):
         return windowed_spline(targets, nodes)
 
     def companion(self, targets: FloatArray, nodes: FloatArray) -> FloatArray:
-        # Floater-Hormann of degree 3 through the same points, as for the spline code:
-        # of the decoder's order, so their difference scales like its error
+        # Floater-Hormann of degree 1 through the same points. Not of the decoder's order
+        # (the spline code pairs its decoder with degree 3): g = f(u) has a jump in its
+        # second derivative at every data point, where the two smooth interpolants of
+        # order 4 agree while both miss it; with degree 3 the estimate was below half the
+        # true error in every decode of some small-K cells, with degree 1 in at most 7%
+        # of a cell's decodes (K in 3..16, i.i.d. and smooth rows; docs/codes.md)
         order = np.argsort(nodes, kind="stable")
         x = nodes[order]
         out = np.zeros((np.atleast_1d(targets).size, nodes.size))
-        out[:, order] = barycentric_matrix(targets, x, floater_hormann_weights(x, 3))
+        out[:, order] = barycentric_matrix(targets, x, floater_hormann_weights(x, 1))
         return out
 
     def decoding_matrix(self, returned: Returned) -> FloatArray:

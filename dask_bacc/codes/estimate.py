@@ -66,6 +66,7 @@ from ..exceptions import InsufficientResults
 from ._types import Blocks, FloatArray, IndexArray, IntArray, Returned
 from .base import AMPLIFICATION_LIMIT, Code, InterpolatingCode, as_returned
 from .berrut import COINCIDENCE_TOL, BerrutCode, barycentric_matrix, floater_hormann_weights
+from .grouped import GroupedCode
 from .transform import Transform
 
 __all__ = [
@@ -477,6 +478,8 @@ def estimate_error(
         blocks a local code has no returned share near).
     """
     results = np.asarray(results)
+    if isinstance(code, GroupedCode):
+        return _grouped_estimate(code, results, returned, transform, loo_points)
     idx, Y = _sorted(code, returned, results)
     K = code.K
     if not code.can_decode(idx):  # (an exact code short of its threshold, a gap)
@@ -552,10 +555,52 @@ def estimate_error(
     return ErrorEstimate(
         overall,
         per_block,
-        "embedded-fh1" if isinstance(code, BerrutCode) else "embedded-fh3",
+        code.estimate_method,
         calibration=calibration,
         n_results=idx.size,
         capped=np.flatnonzero(scaled > cap).tolist(),
+    )
+
+
+def _grouped_estimate(
+    code: GroupedCode,
+    results: FloatArray,
+    returned: Returned,
+    transform: Transform | None,
+    loo_points: int,
+) -> ErrorEstimate:
+    """:func:`estimate_error` of a grouped code: each group's own estimate, from its own
+    results, and their root sum of squares weighted by the decoded blocks' norms (which
+    each group's decode gives; without a transform, from the results as given). The
+    estimate is ``nan`` ("unreliable" / "unknown") when a group's is."""
+    idx = as_returned(returned, code.N)
+    per_block = np.zeros(code.K)
+    absolute2 = norms2 = 0.0
+    methods, calibration = set(), 1.0
+    capped: list[int] = []
+    for g, pos, local in code.split(idx):
+        est = estimate_error(
+            g.code, results[pos], local, transform=transform, loo_points=loo_points
+        )
+        per_block[g.blocks.start : g.blocks.stop] = est.per_block
+        methods.add(est.method)
+        calibration = max(calibration, est.calibration)
+        capped += [g.blocks.start + j for j in est.capped]
+        Y = np.asarray(results[pos], dtype=np.float64).reshape(pos.size, -1)
+        if transform is not None:
+            Y = InverseRows(transform, results.shape[1:])(Y)
+        norms = _norms(g.code.decoding_matrix(local) @ Y) if transform is None else _norms(Y)
+        if transform is not None:  # the decoded norms after the inverse map: the results'
+            norms = np.full(len(g.blocks), float(np.sqrt(np.mean(norms**2))))
+        absolute2 += float(np.sum((est.per_block * norms) ** 2))
+        norms2 += float(np.sum(norms**2))
+    bad = methods & {"unreliable", "unknown", "ill-conditioned"}
+    if bad:
+        return ErrorEstimate(math.nan, per_block, sorted(bad)[0], n_results=idx.size)
+    overall = math.sqrt(absolute2 / norms2) if norms2 > 0 else 0.0
+    method = methods.pop() if len(methods) == 1 else "+".join(sorted(methods))
+    return ErrorEstimate(
+        overall, per_block, method, calibration=calibration, n_results=idx.size, capped=capped
     )
 
 

@@ -71,6 +71,9 @@ def code_label(config: Mapping[str, object]) -> str:
     """The name a user gives for a code's ``get_config()``: ``"systematic-spline"`` for a
     systematic spline code (the aliases), the registry name otherwise."""
     name = str(config.get("name", "?"))
+    if name == "grouped":  # codes/grouped.py: the inner code, in groups
+        inner = str(config.get("code", "?"))
+        return f"{inner} in {len(config.get('sizes') or ())} groups"  # type: ignore[arg-type]
     return f"systematic-{name}" if config.get("systematic") else name
 
 

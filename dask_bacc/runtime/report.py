@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..codes.registry import code_label
 from ..diagnostics.words import describe_method, describe_trigger
 
@@ -259,7 +261,36 @@ class JobReport:
             parts.append(
                 f"extra CPU {self.redundant_cpu:.3f}s of {self.total_cpu:.3f}s thread time"
             )
+        if self.bytes_moved is not None:
+            from dask.utils import format_bytes
+
+            parts.append(f"moved {format_bytes(self.bytes_moved)}")
         return ", ".join(parts) or None
+
+    @property
+    def groups(self) -> list[dict[str, Any]] | None:
+        """Grouped coding (K blocks too many for the workers, docs/codes.md): per group,
+        ``{"blocks": [first, last], "shares": [first, last], "returned": results its
+        decode used, "error_estimate": the root mean square of its blocks' estimates (None
+        when not known)}``; None for a job that was not grouped."""
+        if self.code.get("name") != "grouped":
+            return None
+        used = set(self.returned)
+        out, b, s = [], 0, 0
+        for k, n in zip(self.code["sizes"], self.code["shares"], strict=True):
+            errs = (self.block_errors or [None] * (b + k))[b : b + k]
+            known = [e for e in errs if e is not None]
+            rms = float(np.sqrt(np.mean(np.square(known)))) if known and len(known) == k else None
+            out.append(
+                {
+                    "blocks": [b, b + k - 1],
+                    "shares": [s, s + n - 1],
+                    "returned": sum(1 for i in range(s, s + n) if i in used),
+                    "error_estimate": rms,
+                }
+            )
+            b, s = b + k, s + n
+        return out
 
     def _repr_html_(self) -> str:
         from ..diagnostics.html import report_html
@@ -300,6 +331,15 @@ class JobReport:
         elif self.estimate_method is not None:
             lines.append(
                 f"  estimated relative error unknown; {describe_method(self.estimate_method)}"
+            )
+        groups = self.groups
+        if groups:
+            got = [g["returned"] for g in groups]
+            errs = [g["error_estimate"] for g in groups if g["error_estimate"] is not None]
+            lines.append(
+                f"  {len(groups)} groups: {min(got)}-{max(got)} results used per group"
+                + (f", worst group's estimate {max(errs):.3g}" if errs else "")
+                + " (report.groups)"
             )
         if self.adversaries:
             lines.append(

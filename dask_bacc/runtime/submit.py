@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import config, diagnostics
 from ..codes import Code, get_code
-from ..codes.registry import ALIASES, registered_codes, unknown_code
+from ..codes.grouped import GroupedCode, cyclic_placement, plan_groups
+from ..codes.registry import ALIASES, code_class, registered_codes, unknown_code
 from ..codes.transform import Transform, TransformSpec, get_transform
 from ..collections import Blocks, adapt, is_numpy
 from ..collections.base import COMBINE_CHOICES
@@ -107,6 +108,8 @@ def _build_code(
     name = code.lower().replace("_", "-")  # get_code resolves aliases (systematic-berrut)
     if n_coded is None:
         n_coded = default_n_coded(name, K, n_workers, options)
+        if n_coded > n_workers and groupable(name, n_workers):
+            return grouped_code(name, K, n_workers, options)
         if n_coded > n_workers and config.get("oversubscribe") != "warn":
             # the user chose K (n_blocks or the chunks), not N: say what to change
             raise ValueError(
@@ -121,6 +124,23 @@ def _build_code(
             "redundancy); use code='uncoded' to run exactly K tasks"
         )
     return get_code(name, K, n_coded, **options)
+
+
+def groupable(name: str, n_workers: int) -> bool:
+    """Whether K blocks too many for ``n_workers`` are coded in groups with code ``name``:
+    an approximate code (exact codes copy blocks: :mod:`.redundant`, speculative), and
+    at least 2 workers for a group's 1 block and 2 shares."""
+    return n_workers >= 2 and not code_class(name).exact
+
+
+def grouped_code(name: str, K: int, n_workers: int, options: dict[str, Any]) -> GroupedCode:
+    """K blocks in groups of ``n_workers / bacc.redundancy`` (at least 1), each coded with
+    ``name`` and its default N (at most ``n_workers``: a group's shares on distinct
+    workers). docs/codes.md, "Many partitions: grouped coding"."""
+    redundancy = max(float(config.get("redundancy")), 1.0)
+    k = max(1, min(K, int(n_workers / redundancy), n_workers - 1))
+    sizes, shares = plan_groups(K, k, default_n_coded(name, k, n_workers, options))
+    return GroupedCode(K, sum(shares), name, sizes, shares, **options)
 
 
 async def _live_workers(client: Client) -> tuple[dict[str, dict[str, Any]], int]:
@@ -429,7 +449,7 @@ async def _auto_setup(
         coder = _build_code(name, K, fixed_n, len(others or running), options)
         default = resolve_wait(None if free_wait else wait, coder)
         auto = {"chosen": None, "reason": why, **note}
-        return coder, default, _place(workers, coder.N, avoid), auto
+        return coder, default, _place(workers, coder, avoid), auto
     c = chosen.chosen
     coder = get_code(c.code, K, c.N, **dict(codes)[c.code])
     if free_wait and not coder.exact:
@@ -524,7 +544,7 @@ async def _submit(
         policy = resolve_wait(wait, coder)
         if adversaries:  # before anything is submitted: N and wait must allow locating them
             policy = robust_policy(coder, policy, wait is not None, adversaries)
-        placement = _place(workers, coder.N, avoid)
+        placement = _place(workers, coder, avoid)
     if not speculative:
         job = CodedJob(
             client,
@@ -585,11 +605,20 @@ async def submit_layer(
     return job
 
 
-def _place(workers: Mapping[str, Mapping[str, Any]], n: int, avoid: tuple[str, ...]) -> list[str]:
-    """One worker per coded task, off the ``avoid`` workers when the others suffice."""
+def _place(
+    workers: Mapping[str, Mapping[str, Any]], code: Code | int, avoid: tuple[str, ...]
+) -> list[str]:
+    """One worker per coded task, off the ``avoid`` workers when the others suffice; a
+    grouped code's shares cyclically (no group has two shares on one worker)."""
     spread_hosts = bool(config.get("spread-hosts"))
-    oversubscribe = str(config.get("oversubscribe"))
     others = {a: w for a, w in workers.items() if a not in avoid}
+    if isinstance(code, GroupedCode):
+        widest = max(code.shares_per_group)
+        pool = others if len(others) >= widest else workers
+        order = choose_workers(pool, len(pool), spread_hosts=spread_hosts)
+        return [order[w] for w in cyclic_placement(code.shares_per_group, len(order))]
+    n = code if isinstance(code, int) else code.N
+    oversubscribe = str(config.get("oversubscribe"))
     if avoid and len(others) >= n:
         return choose_workers(others, n, spread_hosts=spread_hosts, oversubscribe=oversubscribe)
     # N = every worker: none can be spared

@@ -57,7 +57,7 @@ class WaitPolicy:
         K systematic tasks returned).
         """
         returned = list(returned)
-        if len(returned) >= self.target(code) and code.can_decode(returned):
+        if code.enough(returned, self.target(code)):
             return True
         # an approximate (systematic) code whose set is exact; an exact code waits for
         # its target (Lagrange's default includes a spare result to check the decode)
@@ -167,8 +167,7 @@ class ErrorTarget(WaitPolicy):
         by its estimate, 0, as trigger ``"error"``), or an exact code can decode."""
         if code.exact:
             return super().is_met(returned, code)
-        returned = list(returned)
-        return len(returned) >= self.target(code) and code.can_decode(returned)
+        return code.enough(list(returned), self.target(code))
 
     def floor(self, code: Code) -> int:
         """Fewest results the job may decode from on the strength of the estimate."""
@@ -253,7 +252,7 @@ def resolve_wait(wait: int | float | str | WaitPolicy | None, code: Code) -> Wai
             policy: WaitPolicy = FirstK(min(code.N, code.min_results + code.check_spare))
         else:
             policy = Fraction(
-                float(config.get("wait").get(code.name, config.get("wait.other"))),
+                float(config.get("wait").get(code.config_name, config.get("wait.other"))),
                 grace=float(config.get("wait.grace")),
             )
             if policy.fraction < 1 and policy.target(code) >= code.N > code.min_results:
