@@ -31,9 +31,11 @@ One embedded ``LocalCluster(n_workers=16, threads_per_worker=1, processes=False)
   ``dd.from_pandas(df, npartitions=8).map_partitions(f).compute()`` is not the baseline:
   it took about 20 s per call here (a 128 MB frame embedded in the graph).
 
-Variants, run in an order shuffled per rep (seeded): ``plain``, ``berrut``
-(``dask_bacc.map_coded(f, data, progress=False)``: K = 8, N = 16, the default wait) and
-``repetition`` (the same with ``code="repetition"``, 2 copies of each block). The time is
+Variants (``--variants``), run in an order shuffled per rep (seeded): ``plain``,
+``berrut`` (``dask_bacc.map_coded(f, data, progress=False)``: K = 8, N = 16, the default
+wait), ``repetition`` (the same with ``code="repetition"``, 2 copies of each block) and
+``bspline`` (the local-support code: each share reads at most 4 partitions). The table
+also gives each code's ``report.bytes_moved`` over the data's size (median). The time is
 from the call to the output in hand on the client (``.compute()`` of the lazy output for
 dask input). Each variant runs ``--reps`` times without stragglers and ``--reps`` times with.
 
@@ -92,7 +94,7 @@ import dask_bacc
 from dask_bacc.testing import Bimodal, clear_stragglers, draw_delay, inject_stragglers
 
 PLAIN_SEQ_BASE = 1_000_000_000  # plain runs' straggler seq numbers, far above dask-bacc's
-VARIANTS = ("plain", "berrut", "repetition")
+VARIANTS = ("plain", "berrut", "repetition", "bspline")
 CASES = ("dataframe", "xarray", "pandas")
 
 
@@ -190,8 +192,9 @@ class Case:
             else:
                 self.data = df
         self.reference = self.plain(None)  # also warms every code path up
-        self.coded("berrut")
-        self.coded("repetition")
+        for variant in args.variants:
+            if variant != "plain":
+                self.coded(variant)
 
     def plain(self, seq: int | None) -> Any:
         seed = self.args.seed
@@ -222,10 +225,23 @@ class Case:
             options["n_blocks"] = self.args.partitions
         if self.name == "xarray":
             options["dim"] = "time"
-        out = dask_bacc.map_coded(
+        self.job = dask_bacc.submit_coded(
             xr_features if self.name == "xarray" else features, self.data, **options
         )
+        out = self.job.result()
         return out if self.name == "pandas" else out.compute()
+
+    def bytes_moved(self) -> int | None:
+        """The last coded job's ``report.bytes_moved`` (filled in by its clean-up round
+        trip just after the output is handed over; None for jobs that do not count it,
+        e.g. repetition of a DataFrame, which copies the map's own tasks)."""
+        report = getattr(self.job, "report", None)
+        end = time.monotonic() + 2.0
+        while report is not None and getattr(report, "bytes_moved", None) is None:
+            if time.monotonic() > end or type(self.job).__name__ != "CodedJob":
+                return None
+            time.sleep(0.01)
+        return None if report is None else report.bytes_moved
 
     def error(self, out: Any) -> float:
         ref = self.reference
@@ -302,6 +318,8 @@ def run_one(case: Case, variant: str, seq: int | None) -> dict[str, Any]:
     row = {"variant": variant, "seconds": seconds, "peak_mb": mem.delta_mb}
     if variant != "plain":
         row["error"] = case.error(out)
+        moved = case.bytes_moved()
+        row["moved_x_data"] = None if moved is None else moved / case.nbytes
     del out
     return row
 
@@ -322,7 +340,7 @@ def run_case(name: str, client: Client, args: argparse.Namespace) -> list[dict[s
                         draw_delay(case.model, args.seed, seq, j) > 0
                         for j in range(args.partitions)
                     )
-                for variant in order_rng.permutation(VARIANTS):
+                for variant in order_rng.permutation(args.variants):
                     row = run_one(case, str(variant), seq)
                     row.update(case=name, scenario=scenario, rep=rep)
                     if variant == "plain":
@@ -346,7 +364,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for case, scenario in keys:
         sel = [r for r in rows if r["case"] == case and r["scenario"] == scenario]
         base = {}
-        for variant in VARIANTS:
+        variants = ["plain", *sorted({r["variant"] for r in sel} - {"plain"})]
+        for variant in variants:
             vs = [r for r in sel if r["variant"] == variant]
             if not vs:
                 continue
@@ -368,6 +387,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 s["late_runs"] = sum(1 for r in vs if r.get("plain_late", 0) > 0)
             else:
                 s["error"] = float(np.median([r["error"] for r in vs]))
+                moved = [r["moved_x_data"] for r in vs if r.get("moved_x_data") is not None]
+                s["moved_x_data"] = float(np.median(moved)) if moved else None
             s["time_ratio"] = s["median_s"] / base["median_s"] if base else float("nan")
             s["mem_ratio"] = (
                 s["peak_mb"] / base["peak_mb"] if base and base["peak_mb"] > 0 else float("nan")
@@ -379,8 +400,9 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def table(summary: list[dict[str, Any]]) -> str:
     lines = [
         "| case | stragglers | variant | median s | p90 s | mean s | x plain (median) "
-        "| peak MB (median) | max MB | x plain (peak) | rel. error (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| peak MB (median) | max MB | x plain (peak) | rel. error (median) "
+        "| bytes moved / data |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         if s["variant"] == "plain":
@@ -389,10 +411,13 @@ def table(summary: list[dict[str, Any]]) -> str:
                 err = f"0 ({s['late_runs']}/{s['n']} runs with a late task)"
         else:
             err = f"{s['error']:.3g}"
+        moved = s.get("moved_x_data")
+        moved_text = "-" if moved is None else f"{moved:.2f}"
         lines.append(
             f"| {s['case']} | {'10% 2 s' if s['scenario'] != 'none' else 'none'} | {s['variant']} "
             f"| {s['median_s']:.2f} | {s['p90_s']:.2f} | {s['mean_s']:.2f} | {s['time_ratio']:.2f} "
-            f"| {s['peak_mb']:.0f} | {s['peak_max_mb']:.0f} | {s['mem_ratio']:.2f} | {err} |"
+            f"| {s['peak_mb']:.0f} | {s['peak_max_mb']:.0f} | {s['mem_ratio']:.2f} | {err} "
+            f"| {moved_text} |"
         )
     return "\n".join(lines)
 
@@ -442,6 +467,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p", type=float, default=0.1, help="straggler probability")
     parser.add_argument("--delay", type=float, default=2.0, help="straggler delay (s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=list(VARIANTS),
+        help="plain and any codes map_coded takes (default: %(default)s)",
+    )
     parser.add_argument(
         "--memory-limit", default="0", help="per-worker memory limit (default 0: none; 'auto')"
     )

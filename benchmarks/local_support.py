@@ -1,4 +1,4 @@
-"""Would a local-support code pay on data-heavy maps? Data moved, encode time, accuracy.
+"""Does a local-support code pay on data-heavy maps? Data moved, encode time, accuracy.
 
 Run it with::
 
@@ -6,24 +6,26 @@ Run it with::
     python benchmarks/local_support.py --trials 400 --out benchmarks/results/local_support.md
 
 Offline and pure NumPy (``dask_bacc.codes`` and the runtime's own ``weighted_sum``): no
-cluster is started. Three questions, for the workload of ``benchmarks/dataframe_heavy.py``
-(K = 8 partitions of 250k x 8 float64, N = 16 shares, the default wait of 12 results):
+cluster is started. It measures the implemented codes, Berrut, spline, bspline (support 4,
+Catmull-Rom), bspline with ``support=2`` (linear B-spline) and systematic bspline, on the
+workload of ``benchmarks/dataframe_heavy.py`` (K = 8 partitions of 250k x 8 float64,
+N = 16 shares, the default wait of 12 results):
 
-1. **Data moved to encode.** A Berrut share mixes every block (its encoding row has K
-   nonzero weights), so the N encode tasks read N * K = 128 partitions (2 GB for 16 MB
-   partitions), minus the ones already on their worker. A code whose share i mixes only the
-   2 blocks around its point reads at most 2N = 32.
-2. **Encode time.** ``weighted_sum`` of a share's nonzero blocks, single-threaded, for the
-   Berrut rows against the 2-nonzero rows (median of 5 per share, summed over N).
-3. **Accuracy cost.** The relative decode error ``||decoded - f(X)||_F / ||f(X)||_F`` of
-   Berrut (``dask_bacc.codes``) against a simple local-support scheme on the same points:
-   encode with piecewise-linear "hat" weights in the data points (share i = the linear
-   interpolant of the two blocks whose points bracket z_i; the end points clamp), decode
-   block j by linear interpolation between the two returned points that bracket alpha_j
-   (nearest returned point outside their range). Random sets of 12 of 16 returned results
-   (4 stragglers), ``f`` = the feature map of the dataframe benchmark on the 8 columns
-   (as a NumPy function) and ``tanh``; data smooth across blocks
-   (``dask_bacc.testing.smooth_blocks``) or i.i.d. normal rows.
+1. **Data moved.** Partitions read per share: the nonzeros of the share's row of
+   ``encoding_matrix()`` (a Berrut share mixes every block: the N encode tasks read N * K
+   = 128 partitions; a bspline share at most 4, or 2). Results read per decoded block: the
+   nonzeros of its row of ``decoding_matrix(returned)``, mean and max over the blocks and
+   the same random sets of 12 returned results as the accuracy table.
+2. **Encode time.** ``weighted_sum`` of a share's nonzero blocks, single-threaded (median
+   of 5 per share, summed over N; a unit row is a copy of its block, no arithmetic).
+3. **Accuracy.** The relative decode error ``||decoded - f(X)||_F / ||f(X)||_F``, median
+   and 90th percentile over random sets of 12 of 16 returned results (4 stragglers), ``f``
+   = the feature map of the dataframe benchmark on the 8 columns (as a NumPy function) and
+   ``tanh``; data smooth across blocks (``dask_bacc.testing.smooth_blocks``) or i.i.d.
+   normal rows. Every code decodes the same returned sets. A set that leaves a bspline
+   block with no returned share within one block spacing is not decodable (the runtime
+   waits for a covering share): it is skipped for that code and counted, so the bspline
+   figures are over the decodable sets only.
 """
 
 from __future__ import annotations
@@ -37,24 +39,14 @@ from dask_bacc.codes import get_code
 from dask_bacc.runtime.worker import weighted_sum
 from dask_bacc.testing import smooth_blocks
 
-
-def hat_matrix(targets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """Piecewise-linear interpolation in ``nodes`` (any order) evaluated at ``targets``:
-    at most 2 nonzeros per row; targets outside the nodes' range take the nearest node."""
-    order = np.argsort(nodes)
-    x = nodes[order]
-    M = np.zeros((targets.size, nodes.size))
-    for r, t in enumerate(targets):
-        if t <= x[0]:
-            M[r, order[0]] = 1.0
-        elif t >= x[-1]:
-            M[r, order[-1]] = 1.0
-        else:
-            k = int(np.searchsorted(x, t)) - 1
-            w = (t - x[k]) / (x[k + 1] - x[k])
-            M[r, order[k]] += 1.0 - w
-            M[r, order[k + 1]] += w
-    return M
+#: (label, registry name, options): the codes measured, in the report's order
+CODES = (
+    ("berrut", "berrut", {}),
+    ("spline", "spline", {}),
+    ("bspline", "bspline", {}),
+    ("bspline support=2", "bspline", {"support": 2}),
+    ("systematic-bspline", "systematic-bspline", {}),
+)
 
 
 def features_np(block: np.ndarray) -> np.ndarray:
@@ -76,60 +68,78 @@ def features_np(block: np.ndarray) -> np.ndarray:
 FUNCS = {"features": features_np, "tanh": np.tanh}
 
 
-def accuracy(args: argparse.Namespace) -> list[tuple[str, str, float, float, float, float]]:
-    K, N, keep = args.K, args.N, args.wait
-    berrut = get_code("berrut", K, N)
-    alpha, z = berrut._alpha, berrut._z  # the data and worker points (same for both)
-    E_local = hat_matrix(z, alpha)
+def make_codes(K: int, N: int) -> dict:
+    return {label: get_code(name, K, N, **opts) for label, name, opts in CODES}
+
+
+def returned_sets(args: argparse.Namespace) -> list[np.ndarray]:
+    """The random sets of ``wait`` of N returned results, one per trial (shared by every
+    code, data kind and function)."""
+    return [
+        np.sort(np.random.default_rng([args.seed, trial]).choice(args.N, args.wait, replace=False))
+        for trial in range(args.trials)
+    ]
+
+
+def accuracy(args: argparse.Namespace, sets: list[np.ndarray]) -> list[dict]:
+    """Per data kind and f: each code's errors over the decodable sets, and its skips."""
+    K, N = args.K, args.N
+    codes = make_codes(K, N)
     rows = []
     for data in ("smooth", "iid"):
         for fname, f in FUNCS.items():
-            errs = {"berrut": [], "local": []}
-            for trial in range(args.trials):
-                rng = np.random.default_rng([args.seed, trial])
+            errs: dict[str, list[float]] = {label: [] for label in codes}
+            skipped = dict.fromkeys(codes, 0)
+            for trial, returned in enumerate(sets):
+                rng = np.random.default_rng([args.seed, 1, trial])
                 if data == "smooth":
                     X = smooth_blocks(K, args.rows, 8, rng)
                 else:
                     X = rng.standard_normal((K, args.rows, 8))
                 truth = np.stack([f(x) for x in X])
-                returned = np.sort(rng.choice(N, keep, replace=False))
-                # Berrut
-                shares = berrut.encode(X)
-                res = np.stack([f(shares[i]) for i in returned])
-                dec = berrut.decode(res, returned)
-                errs["berrut"].append(np.linalg.norm(dec - truth) / np.linalg.norm(truth))
-                # local support: hat encode, linear decode through the returned points
-                shares = np.tensordot(E_local, X, 1)
-                res = np.stack([f(shares[i]) for i in returned])
-                D = hat_matrix(alpha, z[returned])
-                dec = np.tensordot(D, res, 1)
-                errs["local"].append(np.linalg.norm(dec - truth) / np.linalg.norm(truth))
-            b, loc = np.array(errs["berrut"]), np.array(errs["local"])
-            rows.append(
-                (
-                    data,
-                    fname,
-                    np.median(b),
-                    np.quantile(b, 0.9),
-                    np.median(loc),
-                    np.quantile(loc, 0.9),
-                )
-            )
+                norm = np.linalg.norm(truth)
+                for label, code in codes.items():
+                    if not code.can_decode(returned):  # a gap: the runtime waits
+                        skipped[label] += 1
+                        continue
+                    shares = code.encode(X)
+                    res = np.stack([f(shares[i]) for i in returned])
+                    dec = code.decode(res, returned)
+                    errs[label].append(float(np.linalg.norm(dec - truth) / norm))
+            rows.append({"data": data, "f": fname, "errors": errs, "skipped": skipped})
     return rows
 
 
-def encode_cost(args: argparse.Namespace) -> dict[str, float]:
-    K, N = args.K, args.N
-    berrut = get_code("berrut", K, N)
-    E = {"berrut": berrut.encoding_matrix(), "local": hat_matrix(berrut._z, berrut._alpha)}
-    rng = np.random.default_rng(args.seed)
-    chunks = [rng.standard_normal((args.heavy_rows, 8)) for _ in range(K)]
+def reads(args: argparse.Namespace, sets: list[np.ndarray]) -> dict[str, dict[str, float]]:
+    """Partitions read per share (encoding rows) and results read per decoded block
+    (decoding rows, over the decodable sets)."""
     out = {}
-    for name, M in E.items():
-        total, nnz = 0.0, 0
-        for i in range(N):
+    for label, code in make_codes(args.K, args.N).items():
+        per_share = np.count_nonzero(code.encoding_matrix(), axis=1)
+        per_block = [
+            np.count_nonzero(code.decoding_matrix(r), axis=1) for r in sets if code.can_decode(r)
+        ]
+        pb = np.concatenate(per_block) if per_block else np.zeros(0)
+        out[label] = {
+            "share_mean": float(per_share.mean()),
+            "share_max": int(per_share.max()),
+            "total": int(per_share.sum()),
+            "block_mean": float(pb.mean()) if pb.size else float("nan"),
+            "block_max": int(pb.max()) if pb.size else 0,
+        }
+    return out
+
+
+def encode_cost(args: argparse.Namespace) -> dict[str, float]:
+    """Single-threaded encode time of one job, summed over the N shares."""
+    rng = np.random.default_rng(args.seed)
+    chunks = [rng.standard_normal((args.heavy_rows, 8)) for _ in range(args.K)]
+    out = {}
+    for label, code in make_codes(args.K, args.N).items():
+        M = code.encoding_matrix()
+        total = 0.0
+        for i in range(args.N):
             nz = np.flatnonzero(M[i])
-            nnz += nz.size
             times = []
             for _ in range(5):
                 t = time.perf_counter()
@@ -139,8 +149,7 @@ def encode_cost(args: argparse.Namespace) -> dict[str, float]:
                     weighted_sum(M[i, nz], [chunks[j] for j in nz])
                 times.append(time.perf_counter() - t)
             total += float(np.median(times))
-        out[f"{name}_seconds"] = total
-        out[f"{name}_reads"] = nnz
+        out[label] = total
     return out
 
 
@@ -162,34 +171,74 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
 
+    sets = returned_sets(args)
     cost = encode_cost(args)
+    moved = reads(args, sets)
     part_mb = args.heavy_rows * 8 * 8 / 2**20
     lines = [
         f"# local_support: K={args.K}, N={args.N}, decode from {args.wait} results",
         "",
         f"Encode of one job, {args.heavy_rows} x 8 float64 partitions ({part_mb:.0f} MB), "
-        "one thread:",
+        "one thread; partitions read per share = nonzeros of its `encoding_matrix()` row, "
+        "results read per decoded block = nonzeros of its `decoding_matrix(returned)` row "
+        f"(mean / max over the blocks of the decodable sets of {args.wait} of {args.N}):",
         "",
-        "| code | partitions read by the N encodes | MB read | encode time (sum over N) |",
-        "|---|---|---|---|",
+        "| code | partitions per share (mean / max) | partitions read by the N encodes "
+        "| MB read | encode time (sum over N) | results per decoded block (mean / max) |",
+        "|---|---|---|---|---|---|",
     ]
-    for name in ("berrut", "local"):
-        reads = cost[f"{name}_reads"]
+    for label in moved:
+        m = moved[label]
         lines.append(
-            f"| {name} | {reads} | {reads * part_mb:.0f} | {cost[f'{name}_seconds']:.3f} s |"
+            f"| {label} | {m['share_mean']:.2f} / {m['share_max']} | {m['total']} | "
+            f"{m['total'] * part_mb:.0f} | {cost[label]:.3f} s | "
+            f"{m['block_mean']:.2f} / {m['block_max']} |"
         )
+    acc = accuracy(args, sets)
+    labels = list(moved)
     lines += [
         "",
-        f"Relative decode error, {args.trials} random sets of {args.wait} of {args.N} results, "
-        f"{args.rows} rows per block:",
+        f"Relative decode error, median / p90 over {args.trials} random sets of {args.wait} "
+        f"of {args.N} results (the same sets for every code), {args.rows} rows per block; "
+        "a set a bspline code cannot decode (a block with no returned share within one "
+        "block spacing: the runtime waits for more) is skipped for it, and its figures are "
+        "over the decodable sets:",
         "",
-        "| data | f | Berrut median | Berrut p90 | local median | local p90 | local / Berrut |",
-        "|---|---|---|---|---|---|---|",
+        "| data | f | " + " | ".join(f"{label} median / p90" for label in labels) + " |",
+        "|---|---|" + "---|" * len(labels),
     ]
-    for data, fname, bm, b9, lm, l9 in accuracy(args):
-        lines.append(
-            f"| {data} | {fname} | {bm:.3g} | {b9:.3g} | {lm:.3g} | {l9:.3g} | {lm / bm:.2f} |"
-        )
+    for row in acc:
+        cells = []
+        for label in labels:
+            e = np.array(row["errors"][label])
+            cells.append(f"{np.median(e):.3g} / {np.quantile(e, 0.9):.3g}" if e.size else "- / -")
+        lines.append(f"| {row['data']} | {row['f']} | " + " | ".join(cells) + " |")
+    skips = acc[0]["skipped"]  # the same sets for every data kind and f
+    lines += [
+        "",
+        "Undecodable sets skipped, of "
+        f"{args.trials}: " + ", ".join(f"{label} {skips[label]}" for label in labels) + ".",
+    ]
+    # against Berrut on the sets both decode (a paired comparison)
+    lines += [
+        "",
+        "Median of the per-set error ratio code / Berrut, over the sets the code decodes:",
+        "",
+        "| data | f | " + " | ".join(labels[1:]) + " |",
+        "|---|---|" + "---|" * (len(labels) - 1),
+    ]
+    codes = make_codes(args.K, args.N)
+    for row in acc:
+        ok = {
+            label: np.array([codes[label].can_decode(r) for r in sets], dtype=bool)
+            for label in labels
+        }
+        b = np.array(row["errors"]["berrut"])
+        cells = []
+        for label in labels[1:]:
+            e = np.array(row["errors"][label])
+            cells.append(f"{np.median(e / b[ok[label]]):.2f}" if e.size else "-")
+        lines.append(f"| {row['data']} | {row['f']} | " + " | ".join(cells) + " |")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:

@@ -144,3 +144,11 @@ def test_each_share_of_a_job_reads_at_most_its_support_and_bytes_moved_follow(co
         del x, out
 
     run()
+
+
+@pytest.mark.parametrize("K", [8, 16, 32, 50])
+def test_every_systematic_share_is_an_exact_unit_row(K):
+    """Points computed in floating point land exactly on the data points: every block's
+    systematic share ships the block itself (data_rows), so its decode is exact."""
+    code = get_code("systematic-bspline", K, 2 * K)
+    assert sorted(code.data_rows().values()) == list(range(K))

@@ -66,6 +66,10 @@ def local_basis(targets: FloatArray, K: int, support: int) -> FloatArray:
         out[:, 0] = 1.0
         return out
     pos = (1.0 - t) * (K - 1) / 2.0  # 0 at alpha_0 = 1, K-1 at alpha_{K-1} = -1
+    # a target on a data point (a systematic share) lands exactly on it: its row is then
+    # an exact unit row (data_rows), not 1 - 1e-16 plus crumbs on the neighbours
+    near = np.round(pos)
+    pos = np.where(np.abs(pos - near) < 1e-9, near, pos)
     k = np.clip(np.floor(pos), 0, K - 2).astype(int)
     s = pos - k
     rows = np.arange(t.size)
