@@ -32,6 +32,9 @@ Strategies
     (``bacc.wait.spline``, 75% of N) or ``wait``; approximate (the systematic variant is
     exact for each block whose own task returned). Not in the default set: run them with
     ``strategies=`` (``--strategies``).
+``bspline``, ``systematic-bspline``
+    The local-support code (each task reads at most 4 blocks); as the spline codes, not
+    in the default set.
 ``lagrange``
     Lagrange coded computing (exact) with N tasks; only for a polynomial task function.
 """
@@ -92,17 +95,20 @@ STRATEGIES: tuple[str, ...] = (
     "systematic-berrut",
     "spline",
     "systematic-spline",
+    "bspline",
+    "systematic-bspline",
     "lagrange",
 )
+_NAMED_ONLY = ("spline", "systematic-spline", "bspline", "systematic-bspline")
 #: Strategies run when none are named (``lagrange`` only with a polynomial task function):
 #: the reference bench of docs/benchmarks.md, whose figures were measured without the
 #: spline codes (name them with ``strategies=`` / ``--strategies``).
 DEFAULT_STRATEGIES: tuple[str, ...] = tuple(
-    s for s in STRATEGIES if s not in ("spline", "systematic-spline")
+    s for s in STRATEGIES if s not in _NAMED_ONLY
 )
 #: Strategies whose decoded output is an approximation.
 APPROXIMATE: frozenset[str] = frozenset(
-    {"berrut", "systematic-berrut", "spline", "systematic-spline"}
+    {"berrut", "systematic-berrut", *_NAMED_ONLY}
 )
 #: Task functions: name -> polynomial degree (None: not a polynomial).
 TASK_FUNCS: dict[str, int | None] = {"mlp": None, "square": 2, "linear": 1}
