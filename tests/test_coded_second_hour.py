@@ -80,12 +80,14 @@ async def test_map_coded_on_three_workers_leaves_one_result_spare(c, s, *workers
 
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_too_many_chunks_for_the_workers_raises_at_coded_time(c, s, *workers):
-    """8 chunks on 4 workers: refused by coded() itself (nothing computed), counting all 4
-    workers and saying why one takes no coded task; its advice names only what coded()
-    and dask take, and following it works."""
+    """8 chunks on 4 workers with an exact code that cannot copy the map's tasks
+    (Lagrange): refused by coded() itself (nothing computed), counting all 4 workers and
+    saying why one takes no coded task; its advice names only what coded() and dask
+    take, and following it works. (An approximate code codes such chunks in groups:
+    below, and tests/test_grouped.py.)"""
     y = array(8).map_blocks(tanh)
     with pytest.raises(ValueError) as info:
-        dask_bacc.coded(y, code="berrut")
+        dask_bacc.coded(y, code="lagrange")
     msg = str(info.value)
     assert "4 workers" in msg and "driver" in msg and "3 " in msg
     assert "n_blocks" not in msg
@@ -100,6 +102,18 @@ async def test_too_many_chunks_for_the_workers_raises_at_coded_time(c, s, *worke
     assert out.shape == plain.shape and np.isfinite(out).all()
     exact = dask_bacc.coded(y, code="repetition")
     np.testing.assert_array_equal(await c.compute(exact), plain)
+    # an approximate code: in groups, each group's shares on distinct workers, none on
+    # the driver's worker
+    grouped = dask_bacc.coded(y, code="berrut")
+    out = await c.compute(grouped)
+    rep = await dask_bacc.report_of(grouped, client=c)
+    assert rep.code["name"] == "grouped" and rep.groups is not None
+    assert len(set(rep.workers)) == 3
+    start = 0
+    for n in rep.code["shares"]:
+        assert len(set(rep.workers[start : start + n])) == n
+        start += n
+    assert out.shape == plain.shape and np.isfinite(out).all()
 
 
 @gen_cluster(client=True, nthreads=FOUR)

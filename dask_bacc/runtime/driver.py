@@ -20,6 +20,7 @@ from dask.base import is_dask_collection
 
 from .. import config
 from ..codes import Code, code_class
+from ..codes.grouped import GroupedCode
 from ..codes.transform import TransformSpec, get_transform
 from ..collections.layer import Layer, final_layer
 from ..collections.rewrite import MapCall, find_map
@@ -35,6 +36,8 @@ from .submit import (
     _check_common,
     _wants_auto,
     default_n_coded,
+    groupable,
+    grouped_code,
     submit_coded,
     submit_layer,
 )
@@ -346,13 +349,18 @@ def _plan(
         coder = _build_code(code, K, None, code.N, options)  # (checks K)
     elif n_coded is None:
         assert usable is not None and running is not None
-        N = default_n_coded(code.lower().replace("_", "-"), K, usable, options)
-        if N > usable and config.get("oversubscribe") != "warn":
+        name = code.lower().replace("_", "-")
+        N = default_n_coded(name, K, usable, options)
+        if N > usable and groupable(name, usable):
+            coder = grouped_code(name, K, usable, options)  # (many chunks: in groups)
+        elif N > usable and config.get("oversubscribe") != "warn":
             raise ValueError(_too_few(code, K, N, running, usable))
-        coder = _build_code(code, K, N, N, options)
+        else:
+            coder = _build_code(code, K, N, N, options)
     else:
         coder = _build_code(code, K, n_coded, n_coded, options)
-    if running is not None and coder.N > running and config.get("oversubscribe") != "warn":
+    widest = max(coder.shares_per_group) if isinstance(coder, GroupedCode) else coder.N
+    if running is not None and widest > running and config.get("oversubscribe") != "warn":
         raise ValueError(
             f"N={coder.N} coded tasks need {coder.N} distinct workers, but the cluster has "
             f"{running}; pass a smaller n_coded (more than the K={K} chunks), use fewer, "
