@@ -54,6 +54,7 @@ the client.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -176,18 +177,43 @@ def count_sketch(
     if flat.size <= size:
         return flat.astype(np.float64)
     n = flat.size
+    positions, slots = _sketch_plan(seed, n, size, max_entries)
+    if positions is not None:
+        flat = flat[positions].astype(np.float64) * np.sqrt(n / max_entries)
+    out = np.zeros(2 * size)
+    for start, chunk_slots in zip(range(0, flat.size, _SKETCH_CHUNK), slots, strict=True):
+        part = flat[start : start + _SKETCH_CHUNK].astype(np.float64, copy=False)
+        out += np.bincount(chunk_slots, weights=part, minlength=2 * size)
+    return out[0::2] - out[1::2]
+
+
+_SKETCH_CHUNK = 1 << 20
+
+
+@functools.lru_cache(maxsize=4)
+def _sketch_plan(
+    seed: int, n: int, size: int, max_entries: int
+) -> tuple[IntArray | None, tuple[IntArray, ...]]:
+    """The sampled positions (None: every entry) and each chunk's bucket-and-sign slots of
+    :func:`count_sketch`: they depend on ``(seed, n)`` only, so every equal-shape result of
+    a job shares them (drawing and sorting them was most of a sketch's cost)."""
+    positions = None
+    m = n
     if n > max_entries:
         positions = np.random.default_rng([seed, n, 1]).integers(0, n, max_entries)
         positions.sort()  # memory order: a faster gather
-        flat = flat[positions].astype(np.float64) * np.sqrt(n / max_entries)
-    out = np.zeros(2 * size)
-    chunk = 1 << 20
-    for start in range(0, flat.size, chunk):
-        part = flat[start : start + chunk].astype(np.float64, copy=False)
-        rng = np.random.default_rng([seed, n, start // chunk])
-        slots = rng.integers(0, 2 * size, part.size, dtype=np.int64)  # bucket * 2 + sign bit
-        out += np.bincount(slots, weights=part, minlength=2 * size)
-    return out[0::2] - out[1::2]
+        m = max_entries
+    slots = tuple(
+        # bucket * 2 + sign bit
+        np.random.default_rng([seed, n, start // _SKETCH_CHUNK]).integers(
+            0, 2 * size, min(_SKETCH_CHUNK, m - start), dtype=np.int64
+        )
+        for start in range(0, m, _SKETCH_CHUNK)
+    )
+    for a in (positions, *slots):
+        if a is not None:
+            a.flags.writeable = False  # shared between calls (and threads)
+    return positions, slots
 
 
 def sample_sketch(array: ArrayLike, size: int = 256, seed: int = 0) -> FloatArray:
