@@ -129,6 +129,14 @@ async def test_many_chunks_on_few_workers_are_coded_in_groups(c, s, *workers):
         assert [g["blocks"][1] - g["blocks"][0] + 1 for g in groups] == code["sizes"]
         assert all(g["returned"] >= 1 for g in groups)
         assert "groups" in repr(rep)
+        # the /bacc page's timeline gives each coded task its group
+        from dask_bacc.diagnostics import PLUGIN_NAME
+
+        detail = s.plugins[PLUGIN_NAME].stats(job.token)
+        assert detail["code"] == f"bspline in {len(groups)} groups"
+        by_task = {t["index"]: t["group"] for t in detail["tasks"]}
+        assert set(by_task.values()) == set(range(len(groups)))
+        assert all(by_task[i] == 0 for i in range(code["shares"][0]))
         err = relative_error(await c.compute(out), np.tanh(X))
         assert err < 0.1 and rep.error_estimate >= 0.5 * err
         await until(lambda: rep.bytes_moved is not None, "bytes moved")

@@ -23,13 +23,29 @@ from ..exceptions import InsufficientResults
 from ._types import CodeConfig, FloatArray, IndexArray, Returned
 from .base import Code, InterpolatingCode, as_returned
 
-__all__ = ["Group", "GroupedCode", "cyclic_placement", "plan_groups", "split_evenly"]
+__all__ = [
+    "Group",
+    "GroupedCode",
+    "cyclic_placement",
+    "group_of_shares",
+    "plan_groups",
+    "split_evenly",
+]
 
 
 def split_evenly(total: int, parts: int) -> list[int]:
     """``total`` as ``parts`` sizes differing by at most one (larger ones first)."""
     base, extra = divmod(total, parts)
     return [base + (1 if g < extra else 0) for g in range(parts)]
+
+
+def group_of_shares(config: dict[str, Any]) -> list[int] | None:
+    """The group of each share of a grouped code's ``get_config()`` (None for any other
+    code's): what the dashboard shows per coded task."""
+    if config.get("name") != GroupedCode.name:
+        return None
+    shares = config.get("shares") or []
+    return [g for g, n in enumerate(shares) for _ in range(int(n))]
 
 
 def cyclic_placement(shares: Sequence[int], n_workers: int) -> list[int]:

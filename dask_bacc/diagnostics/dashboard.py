@@ -75,6 +75,7 @@ _TASK_FIELDS = (
     "reason",
     "index",
     "kind",
+    "group",
 )
 
 
@@ -188,6 +189,7 @@ class BaccPage:
             HoverTool(
                 tooltips=[
                     ("task", "@kind @index"),
+                    ("group", "@group"),
                     ("worker", "@worker"),
                     ("outcome", "@outcome"),
                     ("until", "@end{0.000} s"),
@@ -354,6 +356,8 @@ class BaccPage:
             cols["reason"].append(t["reason"] or "")
             cols["index"].append(t["index"])
             cols["kind"].append(t["kind"])
+            group = t.get("group")
+            cols["group"].append("" if group is None else str(group))
         self.tasks.data = cols  # type: ignore[assignment]  # (as self.jobs.data)
         self.timeline.height = max(260, min(900, 90 + 24 * len(cols["y"])))
         # the client's measure when it has reported (as the table and the job's reprs),

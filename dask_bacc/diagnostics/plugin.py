@@ -22,6 +22,7 @@ from distributed.comm import get_address_host
 from distributed.metrics import time
 
 from .. import config
+from ..codes.grouped import group_of_shares
 from ..codes.registry import code_label
 from ..runtime.keys import FAILURE_TYPE
 from ..runtime.keys import parse as parse_key
@@ -327,6 +328,7 @@ class JobStats:
         rnd = self.decode_round()
         used, dropped = self._used(rnd), self.dropped()
         rejected = self.rejected
+        groups = group_of_shares(self.code_config) or []
         tasks = []
         for t in sorted(self.tasks.values(), key=lambda t: t.index):
             outcome = self.outcome_of(t, rnd, used, dropped)
@@ -346,6 +348,8 @@ class JobStats:
                     "cpu": t.cpu,
                     "outcome": outcome,
                     "reason": reason,
+                    # grouped coding: the group whose blocks the share mixes
+                    "group": groups[t.index] if t.index < len(groups) else None,
                 }
             )
         return {
