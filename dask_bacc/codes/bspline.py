@@ -84,10 +84,10 @@ def local_basis(targets: FloatArray, K: int, support: int) -> FloatArray:
             lo, hi = j < 0, j > K - 1
             mid = ~(lo | hi)
             np.add.at(out, (rows[mid], j[mid]), w[mid, col])
-            np.add.at(out, (rows[lo], 0), 2.0 * w[lo, col])
-            np.add.at(out, (rows[lo], 1), -w[lo, col])
-            np.add.at(out, (rows[hi], K - 1), 2.0 * w[hi, col])
-            np.add.at(out, (rows[hi], K - 2), -w[hi, col])
+            for side, (end, inner) in ((lo, (0, 1)), (hi, (K - 1, K - 2))):
+                r = rows[side]
+                np.add.at(out, (r, np.full(r.size, end)), 2.0 * w[side, col])
+                np.add.at(out, (r, np.full(r.size, inner)), -w[side, col])
         out[np.abs(out) < 1e-15] = 0.0  # exact zeros: a share reads only its support
     return out
 
@@ -171,7 +171,8 @@ class BSplineCode(InterpolatingCode):
         if self.K == 1:
             return [] if idx.size else [0]
         near = np.abs(self._alpha[:, None] - self._z[idx][None, :]) < self._spacing * (1 - 1e-9)
-        return np.flatnonzero(~near.any(axis=1)).tolist()
+        gaps: list[int] = np.flatnonzero(~near.any(axis=1)).tolist()
+        return gaps
 
     def can_decode(self, returned: Returned) -> bool:
         return len(returned) > 0 and not self.uncovered(returned)
