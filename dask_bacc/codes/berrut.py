@@ -8,7 +8,13 @@ from ._types import CodeConfig, FloatArray
 from .base import InterpolatingCode
 from .points import chebyshev_first, chebyshev_second, systematic_points
 
-__all__ = ["BerrutCode", "barycentric_matrix", "berrut_matrix", "floater_hormann_weights"]
+__all__ = [
+    "BerrutCode",
+    "barycentric_matrix",
+    "berrut_matrix",
+    "floater_hormann_matrix",
+    "floater_hormann_weights",
+]
 
 # Points closer than this (absolute, on [-1, 1]) are the same point: the coincidence rule.
 COINCIDENCE_TOL = 1e-12
@@ -67,6 +73,16 @@ def floater_hormann_weights(nodes: FloatArray, d: int) -> FloatArray:
                 prod /= np.abs(x[a : a + windows] - x[b : b + windows])
         np.add.at(w, np.arange(windows) + a, prod)
     return w * np.where((np.arange(x.size) - d) % 2 == 0, 1.0, -1.0)
+
+
+def floater_hormann_matrix(targets: FloatArray, nodes: FloatArray, d: int) -> FloatArray:
+    """The Floater-Hormann interpolant of degree ``d`` through distinct ``nodes`` in any
+    order, evaluated at ``targets`` (columns in the order of ``nodes``)."""
+    order = np.argsort(nodes, kind="stable")
+    x = nodes[order]
+    out = np.empty((np.atleast_1d(targets).size, nodes.size))
+    out[:, order] = barycentric_matrix(targets, x, floater_hormann_weights(x, d))
+    return out
 
 
 class BerrutCode(InterpolatingCode):

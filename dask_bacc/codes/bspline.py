@@ -33,7 +33,7 @@ import numpy as np
 from ..exceptions import InsufficientResults
 from ._types import CodeConfig, FloatArray, Returned
 from .base import InterpolatingCode, as_returned
-from .berrut import barycentric_matrix, floater_hormann_weights
+from .berrut import floater_hormann_matrix
 from .points import place_systematic
 from .spline import spline_matrix
 
@@ -187,11 +187,7 @@ class BSplineCode(InterpolatingCode):
         # order 4 agree while both miss it; with degree 3 the estimate was below half the
         # true error in every decode of some small-K cells, with degree 1 in at most 7%
         # of a cell's decodes (K in 3..16, i.i.d. and smooth rows; docs/codes.md)
-        order = np.argsort(nodes, kind="stable")
-        x = nodes[order]
-        out = np.zeros((np.atleast_1d(targets).size, nodes.size))
-        out[:, order] = barycentric_matrix(targets, x, floater_hormann_weights(x, 1))
-        return out
+        return floater_hormann_matrix(targets, nodes, 1)
 
     def decoding_matrix(self, returned: Returned) -> FloatArray:
         idx = as_returned(returned, self.N)
