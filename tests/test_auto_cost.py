@@ -285,7 +285,10 @@ async def test_a_steady_state_auto_job_makes_no_extra_round_trip(c, s, *workers)
         await job
         await job._task  # its clean-up round trip included
         await idle(workers)
-        return job, dict(calls)
+        # the straggler model's quantiles for plain shares still out at the decode are
+        # asked in the background, never waited for, and only when such a share is still
+        # running then (timing): not a round trip the job pays
+        return job, {k: v for k, v in calls.items() if k != "_model_quantiles"}
 
     _dist.run_on_scheduler = counting
     try:
