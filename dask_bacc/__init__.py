@@ -30,6 +30,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         raise
 
 if TYPE_CHECKING:
+    from .collections.select import codeable, where
     from .runtime import (
         CodedJob,
         ErrorTarget,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         until,
     )
     from .runtime.coded_data import CodedData, encode
+    from .runtime.coding import CodingLayer, coding, last_reports
     from .runtime.worker import cancelled
 
 __version__ = "0.1.0"
@@ -55,6 +57,7 @@ __all__ = [
     "ClientClosedError",
     "CodedData",
     "CodedJob",
+    "CodingLayer",
     "ErrorTarget",
     "FirstK",
     "Fraction",
@@ -69,14 +72,18 @@ __all__ = [
     "WaitPolicy",
     "__version__",
     "cancelled",
+    "codeable",
     "coded",
+    "coding",
     "config",
     "encode",
+    "last_reports",
     "map_coded",
     "report_of",
     "rewrite_reports",
     "submit_coded",
     "until",
+    "where",
 ]
 
 
@@ -98,7 +105,9 @@ _lazy_getattr, __dir__ = attach(
             "submit_coded",
             "until",
         ),
+        ".collections.select": ("codeable", "where"),
         ".runtime.coded_data": ("CodedData", "encode"),
+        ".runtime.coding": ("CodingLayer", "coding", "last_reports"),
         ".runtime.worker": ("cancelled",),
     },
 )

@@ -44,6 +44,7 @@ from .submit import (
 from .wait import WaitPolicy, check_timeout, resolve_wait
 
 if TYPE_CHECKING:
+    from dask._task_spec import Task
     from distributed import Client
 
 __all__ = ["coded", "report_of", "rewrite_reports"]
@@ -228,26 +229,37 @@ def _coded_layer(
         if fallback == "plain":
             return collection
         raise
-    token = uuid.uuid4().hex
-    driver = keys.driver_key(token)
-    graph: dict[Any, Any] = {
-        driver: Task(
-            driver,
-            _drive_layer,
-            DataNode(None, layer.without_collection()),
-            code,
-            DataNode(None, dict(code_options or {})),
-            timeout,
-            DataNode(None, _bacc_settings()),
-            token,
-        )
-    }
+    token, task = layer_driver(layer, code, code_options, timeout)
+    driver = task.key
+    graph: dict[Any, Any] = {driver: task}
     tag = f"bacc{token[:12]}"
     for out in layer.outputs:
         new = layer.renamed(out, tag)
         graph[new] = Task(new, operator.getitem, TaskRef(driver), DataNode(None, out))
     rebuilt: CollectionT = layer.rebuild(graph, tag)
     return rebuilt
+
+
+def layer_driver(
+    layer: Layer, code: str, code_options: dict[str, Any] | None, timeout: float | None
+) -> tuple[str, Task]:
+    """The driver task of an exact layer (:func:`_drive_layer`) and its job's token: it
+    gives output key -> block; the client's ``bacc`` settings go with it."""
+    from dask._task_spec import DataNode, Task
+
+    token = uuid.uuid4().hex
+    driver = keys.driver_key(token)
+    task = Task(
+        driver,
+        _drive_layer,
+        DataNode(None, layer.without_collection()),
+        code,
+        DataNode(None, dict(code_options or {})),
+        timeout,
+        DataNode(None, _bacc_settings()),
+        token,
+    )
+    return token, task
 
 
 def _drive_layer(
