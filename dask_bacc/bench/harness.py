@@ -103,13 +103,9 @@ _NAMED_ONLY = ("spline", "systematic-spline", "bspline", "systematic-bspline")
 #: Strategies run when none are named (``lagrange`` only with a polynomial task function):
 #: the reference bench of docs/benchmarks.md, whose figures were measured without the
 #: spline codes (name them with ``strategies=`` / ``--strategies``).
-DEFAULT_STRATEGIES: tuple[str, ...] = tuple(
-    s for s in STRATEGIES if s not in _NAMED_ONLY
-)
+DEFAULT_STRATEGIES: tuple[str, ...] = tuple(s for s in STRATEGIES if s not in _NAMED_ONLY)
 #: Strategies whose decoded output is an approximation.
-APPROXIMATE: frozenset[str] = frozenset(
-    {"berrut", "systematic-berrut", *_NAMED_ONLY}
-)
+APPROXIMATE: frozenset[str] = frozenset({"berrut", "systematic-berrut", *_NAMED_ONLY})
 #: Task functions: name -> polynomial degree (None: not a polynomial).
 TASK_FUNCS: dict[str, int | None] = {"mlp": None, "square": 2, "linear": 1}
 #: Straggler models (``none``: no injected delays; ``kills``: workers are closed mid-job).

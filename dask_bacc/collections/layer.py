@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from dask._task_spec import GraphNode
     from dask.typing import Key
 
-__all__ = ["Layer", "final_layer"]
+__all__ = ["Layer", "final_layer", "rebuild"]
 
 
 @dataclass
@@ -75,22 +75,33 @@ class Layer:
         one."""
         if self._postpersist is None:
             raise RewriteError("this layer was sent without its collection: it cannot rebuild")
-        func, args = self._postpersist
-        if getattr(func, "__qualname__", "") == "FrameBase._postpersist":
-            # dask-expr's rebuild takes every key of the graph for an output (the keys it is
-            # given are its own): name them
-            import dask.dataframe as dd
-
-            meta, divisions, prefix = args
-            outputs = [self.renamed(k, tag) for k in self.outputs]
-            return dd.from_graph(dict(values), meta, divisions, outputs, prefix)
-        names = {_name(k): _name(self.renamed(k, tag)) for k in self.outputs}
-        return func(dict(values), *args, rename=names)
+        return rebuild(self._postpersist, values, self.outputs, lambda k: self.renamed(k, tag))
 
     def without_collection(self) -> Layer:
         """This layer without the collection's rebuild function (what a driver task needs:
         the graph and the keys)."""
         return Layer(self.graph, self.outputs, self.blocks, self.output_of, self.name)
+
+
+def rebuild(
+    postpersist: tuple[Callable[..., Any], tuple[Any, ...]],
+    values: Mapping[Key, Any],
+    outputs: list[Key],
+    new_key: Callable[[Key], Key],
+) -> Any:
+    """A collection from its ``__dask_postpersist__``, backed by ``values`` (each output
+    key, renamed by ``new_key``, -> a future or a task giving it), as ``Client.persist``
+    rebuilds one, under the new names."""
+    func, args = postpersist
+    if getattr(func, "__qualname__", "") == "FrameBase._postpersist":
+        # dask-expr's rebuild takes every key of the graph for an output (the keys it is
+        # given are its own): name them
+        import dask.dataframe as dd
+
+        meta, divisions, prefix = args
+        return dd.from_graph(dict(values), meta, divisions, [new_key(k) for k in outputs], prefix)
+    names = {_name(k): _name(new_key(k)) for k in outputs}
+    return func(dict(values), *args, rename=names)
 
 
 def _name(key: Key) -> str:

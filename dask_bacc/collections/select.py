@@ -133,8 +133,10 @@ class Selection:
             items = ()
         elif isinstance(only, (str, where)) or callable(only):
             items = (only,)
-        else:
+        elif isinstance(only, Iterable):
             items = only
+        else:
+            items = (only,)  # (refused below)
         for item in items:
             if item == "all":
                 self.all = True
@@ -161,19 +163,29 @@ class Selection:
         annotated): the graph need not be read at all."""
         return bool(self.all or self.names or self.predicates or self.functions or _MARKED)
 
-    def match(self, candidate: Candidate) -> Callable[..., Any] | None:
-        """The function that selects ``candidate`` (the first it calls that is selected;
-        for ``"all"`` and predicates the outermost function that is not dask's), or None."""
+    def match(self, candidate: Candidate) -> str | None:
+        """What selects ``candidate``, as its reports name it: the first selected function
+        it calls, or (selected by its key name, ``"all"`` or a predicate) the first it
+        calls that is not dask's, NumPy's, pandas' or xarray's own, else its key name's
+        prefix. None: not selected."""
         for f in candidate.functions:
             if id(f) in self.functions or (self.default and is_codeable(f)):
-                return f
+                return label(f)
             if getattr(f, "__name__", None) in self.names:
-                return f
-        if _prefix(candidate.name) in self.names:
-            return _user_function(candidate.functions)
-        if self.all or any(p(candidate) for p in self.predicates):
-            return _user_function(candidate.functions)
+                return label(f)
+        if (
+            _prefix(candidate.name) in self.names
+            or self.all
+            or any(p(candidate) for p in self.predicates)
+        ):
+            mapped = _user_function(candidate.functions)
+            return label(mapped) if mapped is not None else _prefix(candidate.name)
         return None
+
+
+def label(f: Callable[..., Any]) -> str:
+    """A function's name, for reports."""
+    return str(getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or f)
 
 
 def _prefix(name: str) -> str:
@@ -192,6 +204,7 @@ _OWN = (
     "toolz",
     "tlz",
     "operator",
+    "_operator",
     "builtins",
     "functools",
 )
@@ -202,10 +215,9 @@ def _is_own(f: Callable[..., Any]) -> bool:
     return module.split(".")[0] in _OWN
 
 
-def _user_function(functions: tuple[Callable[..., Any], ...]) -> Callable[..., Any]:
-    """The first function that is not the libraries' own (the mapped one), else the
-    first."""
-    return next((f for f in functions if not _is_own(f)), functions[0])
+def _user_function(functions: tuple[Callable[..., Any], ...]) -> Callable[..., Any] | None:
+    """The first function that is not the libraries' own: the mapped one."""
+    return next((f for f in functions if not _is_own(f)), None)
 
 
 #: how many items of one container are looked into (a fused subgraph has a few; a list
@@ -270,26 +282,35 @@ def refusal(
     graph: Mapping[Key, GraphNode],
     blocks: list[Key],
     functions: tuple[Callable[..., Any], ...],
+    readers: Mapping[Key, list[Key]],
     *,
     maps_only: bool,
 ) -> str | None:
     """Why the tasks ``blocks`` cannot be coded as copies of themselves, or None.
 
-    Never coded: tasks of a P2P shuffle or rechunk (they exchange data through the
-    workers' shuffle extension, once per task: a second copy would send it twice) and
-    tasks that read each other (a scan: each copy would wait for the other layer's
-    winner). With ``maps_only`` (``only="all"`` or a predicate) a group must also be a
-    map over chunks: two or more tasks, each reading at most one chunk of any other
-    group (an aggregation, a rechunk or a shuffle reads several).
+    Never coded: tasks of a P2P shuffle or rechunk (they send and receive data through
+    the workers' shuffle extension around a barrier task, once per task: a second copy
+    would send it twice), and tasks that read each other (a scan: each copy would wait
+    for the other layer's winner). With ``maps_only`` (``only="all"`` or a predicate) a
+    group must also be a map over chunks: two or more tasks, each reading at most one
+    chunk of any other group (an aggregation, a rechunk or an overlap reads several).
+    ``readers``: key -> the keys that read it.
     """
-    for f in functions:
-        module = getattr(f, "__module__", None) or ""
-        if module.startswith("distributed.shuffle"):
+    p2p = any(
+        (getattr(f, "__module__", None) or "").startswith("distributed.shuffle") for f in functions
+    )
+    for key in blocks:
+        near = [*graph[key].dependencies, *readers.get(key, ())]
+        if p2p or any(_is_barrier(k) for k in near):
             return "a P2P shuffle or rechunk (its tasks exchange data through the workers)"
+    if any(_is_barrier(k) for k in _downstream(blocks, readers)):
+        return (
+            "a P2P shuffle or rechunk reads its output (its tasks would be renamed, and "
+            "the shuffle's barrier names them)"
+        )
     own = set(blocks)
     for key in blocks:
-        deps = graph[key].dependencies
-        if deps & own:
+        if graph[key].dependencies & own:
             return "its tasks read each other (a scan or a tree reduction)"
     if not maps_only:
         return None
@@ -308,20 +329,41 @@ def refusal(
     return None
 
 
+def _is_barrier(key: Key) -> bool:
+    """A P2P shuffle's or rechunk's barrier task (``shuffle-barrier-<id>``...)."""
+    return "barrier" in _prefix(_name(key) or str(key))
+
+
+def _downstream(start: Iterable[Key], readers: Mapping[Key, list[Key]]) -> set[Key]:
+    """Every key that reads one of ``start``, directly or not."""
+    seen: set[Key] = set()
+    stack = [r for k in start for r in readers.get(k, ())]
+    while stack:
+        key = stack.pop()
+        if key not in seen:
+            seen.add(key)
+            stack.extend(readers.get(key, ()))
+    return seen
+
+
 @dataclass(frozen=True)
 class Found:
-    """A selected group: its tasks (``blocks``), the function that selected it, and
-    why it is not coded (None: it is)."""
+    """A selected group: its tasks (``blocks``), what selected it (``function``: a
+    function's name, or the key name's prefix) and why it is not coded (None: it is)."""
 
     name: str
     blocks: list[Key]
-    function: Callable[..., Any]
+    function: str
     reason: str | None
 
 
 def find_layers(graph: Mapping[Key, GraphNode], selection: Selection) -> list[Found]:
     """The selected groups of ``graph``, in graph order, each with its refusal (if any)."""
     found: list[Found] = []
+    readers: dict[Key, list[Key]] = {}
+    for key, node in graph.items():
+        for d in node.dependencies:
+            readers.setdefault(d, []).append(key)
     for name, blocks in groups(graph).items():
         functions = tuple({id(f): f for f in calls(graph[blocks[0]])}.values())
         if not functions:
@@ -329,7 +371,7 @@ def find_layers(graph: Mapping[Key, GraphNode], selection: Selection) -> list[Fo
         f = selection.match(Candidate(name, functions, len(blocks)))
         if f is None:
             continue
-        reason = refusal(graph, blocks, functions, maps_only=selection.maps_only)
+        reason = refusal(graph, blocks, functions, readers, maps_only=selection.maps_only)
         found.append(Found(name, blocks, f, reason))
     return found
 

@@ -24,13 +24,14 @@ import contextvars
 import operator
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import config
-from ..collections.layer import Layer, _inline_aliases
+from ..collections.layer import Layer, _inline_aliases, rebuild
 from ..collections.select import Found, Only, Selection, annotated_functions, find_layers
 from . import _dist
 from .driver import REPORT_TOPIC, layer_driver
@@ -158,8 +159,6 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         self._reports: dict[str, JobReport] = {}
         self._entered: list[contextvars.Token[coding | None]] = []
         self._warned = False
-        #: tokens of the coded layers of computations that returned (raised or not)
-        self._done: set[str] = set()
 
     def __repr__(self) -> str:
         done = sum(layer.coded for layer in self.layers)
@@ -195,28 +194,27 @@ class coding:  # lower case, as dask.config.set and dask.annotate
     @property
     def reports(self) -> list[JobReport]:
         """The :class:`~dask_bacc.JobReport` of each coded layer of the block's
-        computations, in order (read from the scheduler's event log; a layer of a
-        persisted computation still running has none yet)."""
+        computations, in order, read from the scheduler's event log. A driver logs its
+        report as it returns, and the log may reach the scheduler just after the result
+        reached the client: this waits up to 10 seconds for missing ones (a layer of a
+        persisted computation still running then has none yet)."""
         tokens = [layer.token for layer in self.layers if layer.token is not None]
         missing = [t for t in tokens if t not in self._reports]
         if missing:
-            # a driver logs its report as it returns; the log may reach the scheduler
-            # after the result reached the client: wait for those of finished computations
-            due = {t for t in missing if t in self._done}
             client = _dist.default_client()
-            self._reports.update(_dist.sync(client, _reports, client, missing, due))
+            self._reports.update(_dist.sync(client, _reports, client, missing))
         return [self._reports[t] for t in tokens if t in self._reports]
 
     # -- the rewrite --------------------------------------------------------------------
     def rewrite(self, expr: Any, outputs: Iterable[Key]) -> tuple[Any, dict[Key, Key]] | None:
         """The graph of ``expr`` (an optimized dask expression) with its selected layers
-        coded, culled to ``outputs``, and the new key of each coded block; None when no
+        coded, culled to ``outputs``, and the new key of each renamed one; None when no
         layer is coded (send ``expr`` as it is).
 
-        A coded block's tasks become a ``getitem`` of the layer's driver task under a new
-        key (``<name>-bacc<token>``), and whatever read the block reads that: the
-        scheduler may still know the plain key from an earlier computation, with the plain
-        task's spec, and one key must never come with two specs."""
+        A coded layer's tasks become one driver task and a ``getitem`` of it per block.
+        Those blocks and every task downstream of them change spec, so they all get new
+        keys (``<name>-bacc<tag>``): the scheduler may still know a plain key from an
+        earlier computation, by the plain spec, and one key must never come with two."""
         from dask._task_spec import convert_legacy_graph
 
         selection = self.selection
@@ -228,16 +226,21 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         # (no task reads an alias any more; an output that is one stays)
         graph = _inline_aliases(convert_legacy_graph(dict(expr.__dask_graph__())), set(flat))
         found = find_layers(graph, selection)
-        coded = [f for f in found if f.reason is None]
-        tokens: dict[str, str] = {}
+        coded = _ordered(graph, [f for f in found if f.reason is None])
         rename: dict[Key, Key] = {}
-        for f in _ordered(graph, coded):
-            tokens[f.name] = self._code_layer(graph, f, rename)
+        tokens: dict[str, str] = {}
+        if coded:
+            tag = f"bacc{uuid.uuid4().hex[:12]}"
+            changed = _descendants(graph, [b for f in coded for b in f.blocks])
+            rename = {k: _renamed_key(k, tag) for k in changed}
+            graph = _relabelled(graph, rename)
+            for f in coded:
+                tokens[f.name] = self._code_layer(graph, f, [rename[b] for b in f.blocks])
         for f in found:
             self.layers.append(
                 CodingLayer(
                     f.name,
-                    _label(f.function),
+                    f.function,
                     len(f.blocks),
                     f.reason is None,
                     f.reason,
@@ -246,47 +249,22 @@ class coding:  # lower case, as dask.config.set and dask.annotate
             )
         if not coded:
             return None
-        wanted = [rename.get(k, k) for k in flat]
-        culled = _cull(graph, wanted)
+        culled = _cull(graph, [rename.get(k, k) for k in flat])
         return _with_annotations(culled, expr.__dask_annotations__(), rename), rename
 
-    def _code_layer(self, graph: dict[Key, GraphNode], found: Found, rename: dict[Key, Key]) -> str:
-        """Replace ``found``'s tasks in ``graph`` by a driver task running them as an
-        exact job and a ``getitem`` per block under the block's new key (noted in
-        ``rename``), read by the block's readers; return the job's token."""
-        from dask._task_spec import Alias, DataNode, Task, TaskRef
+    def _code_layer(self, graph: dict[Key, GraphNode], found: Found, blocks: list[Key]) -> str:
+        """Replace the tasks ``blocks`` (``found``'s, renamed) in ``graph`` by a driver
+        task running them as an exact job and a ``getitem`` of it per block, under the
+        block's key; return the job's token."""
+        from dask._task_spec import DataNode, Task, TaskRef
 
-        blocks = found.blocks
         needed = _ancestors(graph, blocks)
         sub = _inline_aliases({k: graph[k] for k in graph if k in needed}, set())
-        layer = Layer(
-            sub, list(blocks), list(blocks), {b: [b] for b in blocks}, _label(found.function)
-        )
+        layer = Layer(sub, list(blocks), list(blocks), {b: [b] for b in blocks}, found.function)
         token, driver = layer_driver(layer, self.code, self.code_options, self.timeout)
-        tag = f"bacc{token[:12]}"
-        new = {b: layer.renamed(b, tag) for b in blocks}
-        # an output that is an alias of a block is renamed too (its spec changes)
-        new.update(
-            {
-                k: layer.renamed(k, tag)
-                for k, node in graph.items()
-                if isinstance(node, Alias) and node.target in new
-            }
-        )
-        for key, node in list(graph.items()):
-            subs: dict[Key, Key | GraphNode] = {d: new[d] for d in node.dependencies if d in new}
-            if key in new:
-                del graph[key]
-                if isinstance(node, Alias):
-                    graph[new[key]] = Alias(new[key], new[node.target])
-                else:
-                    graph[new[key]] = Task(
-                        new[key], operator.getitem, TaskRef(driver.key), DataNode(None, key)
-                    )
-            elif subs:
-                graph[key] = node.substitute(subs)
+        for b in blocks:
+            graph[b] = Task(b, operator.getitem, TaskRef(driver.key), DataNode(None, b))
         graph[driver.key] = driver
-        rename.update(new)
         return token
 
 
@@ -308,9 +286,9 @@ def last_reports() -> list[JobReport]:
 _REPORT_WAIT = 10.0
 
 
-async def _reports(client: Client, tokens: Sequence[str], due: set[str]) -> dict[str, JobReport]:
-    """The reports of the jobs ``tokens`` in the scheduler's event log, waiting (up to
-    :data:`_REPORT_WAIT` seconds) for those in ``due``."""
+async def _reports(client: Client, tokens: Sequence[str]) -> dict[str, JobReport]:
+    """The reports of the jobs ``tokens`` in the scheduler's event log, waiting up to
+    :data:`_REPORT_WAIT` seconds for all of them."""
     wanted = set(tokens)
     out: dict[str, JobReport] = {}
     deadline = time.monotonic() + _REPORT_WAIT
@@ -318,13 +296,9 @@ async def _reports(client: Client, tokens: Sequence[str], due: set[str]) -> dict
         for _, message in await client.get_events(REPORT_TOPIC):
             if message["driver"] in wanted:
                 out[message["driver"]] = JobReport.from_dict(message["report"])
-        if due <= out.keys() or time.monotonic() > deadline:
+        if wanted <= out.keys() or time.monotonic() > deadline:
             return out
         await asyncio.sleep(0.05)
-
-
-def _label(f: Callable[..., Any]) -> str:
-    return str(getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or f)
 
 
 def _client() -> Client | None:
@@ -345,6 +319,50 @@ def _ancestors(graph: Mapping[Key, GraphNode], start: Iterable[Key]) -> set[Key]
         seen.add(key)
         stack.extend(graph[key].dependencies)
     return seen
+
+
+def _descendants(graph: Mapping[Key, GraphNode], start: Iterable[Key]) -> set[Key]:
+    """``start`` and every key that reads them, directly or not."""
+    readers: dict[Key, list[Key]] = {}
+    for key, node in graph.items():
+        for d in node.dependencies:
+            readers.setdefault(d, []).append(key)
+    seen: set[Key] = set()
+    stack = list(start)
+    while stack:
+        key = stack.pop()
+        if key not in seen:
+            seen.add(key)
+            stack.extend(readers.get(key, ()))
+    return seen
+
+
+def _renamed_key(key: Key, tag: str) -> Key:
+    """``key`` under ``<name>-<tag>`` (a tuple key keeps its indices)."""
+    if isinstance(key, tuple):
+        return (f"{key[0]}-{tag}", *key[1:])
+    return f"{key}-{tag}"
+
+
+def _relabelled(graph: Mapping[Key, GraphNode], rename: Mapping[Key, Key]) -> dict[Key, GraphNode]:
+    """``graph`` with the keys in ``rename`` renamed, and every task reading one reading
+    the new key."""
+    from dask._task_spec import Alias
+
+    out: dict[Key, GraphNode] = {}
+    for key, node in graph.items():
+        new = rename.get(key, key)
+        if isinstance(node, Alias):
+            target = node.target
+            out[new] = Alias(new, rename.get(target, target))
+        elif new != key or node.dependencies & rename.keys():
+            subs: dict[Key, Key | GraphNode] = {
+                d: rename[d] for d in node.dependencies if d in rename
+            }
+            out[new] = node.substitute(subs, key=new)
+        else:
+            out[key] = node
+    return out
 
 
 def _ordered(graph: Mapping[Key, GraphNode], layers: list[Found]) -> list[Found]:
@@ -477,15 +495,11 @@ class _Hook:
             return self._plain()(expr, outputs, **kwargs)
         block, client = active
         run = cast("Callable[..., Any]", client.get)
-        before = len(block.layers)
         done = block.rewrite(expr, outputs)
         if done is None:
             return run(expr, outputs, **kwargs)
         graph, rename = done
-        try:
-            return run(graph, _renamed(outputs, rename), **kwargs)
-        finally:  # (raised or not, its drivers have logged their reports)
-            block._done.update(t.token for t in block.layers[before:] if t.token)
+        return run(graph, _renamed(outputs, rename), **kwargs)
 
     def persist(
         self, collections: Sequence[Any], optimize_graph: bool = True, **kwargs: Any
@@ -509,14 +523,21 @@ class _Hook:
         flat = _flat(outputs)
         done = block.rewrite(expr, flat)
         graph, rename = (expr, {}) if done is None else done
-        wanted = [rename.get(k, k) for k in flat]
-        futures = dict(zip(flat, _dist.get(client, graph, wanted), strict=True))
-        return [
-            func({k: futures[k] for k in _flat(ks)}, *args)
-            for (func, args), ks in zip(
-                (c.__dask_postpersist__() for c in collections), outputs, strict=True
-            )
-        ]
+        futures = dict(
+            zip(flat, _dist.get(client, graph, [rename.get(k, k) for k in flat]), strict=True)
+        )
+        out = []
+        for coll, ks in zip(collections, outputs, strict=True):
+            ks = _flat(ks)
+            if ks and all(k in rename for k in ks):
+                # a coded layer's outputs: the collection under the new names (a plain
+                # computation of it may still be known to the scheduler, by other specs)
+                values = {rename[k]: futures[k] for k in ks}
+                out.append(rebuild(coll.__dask_postpersist__(), values, ks, rename.__getitem__))
+            else:
+                func, args = coll.__dask_postpersist__()
+                out.append(func({k: futures[k] for k in ks}, *args))
+        return out
 
 
 _HOOK = _Hook()
