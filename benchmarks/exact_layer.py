@@ -23,7 +23,10 @@ machine, one thread). Variants, in an order shuffled per round (seeded):
 - ``plain compute``: ``ddf.map_partitions(f).compute()``;
 - ``coded repetition``: ``dask_bacc.coded(ddf.map_partitions(f), code="repetition")
   .compute()`` (one driver task on the cluster): ratios against ``plain compute``.
-  ``--coded-speculative`` adds ``coded(..., code="speculative")``.
+  ``--coded-speculative`` adds ``coded(..., code="speculative")``;
+- ``coding() repetition`` (``--coding``): the plain compute, unchanged, inside
+  ``with dask_bacc.coding(code="repetition", only=f):`` (issue 30). ``--compute-only``
+  leaves out the three persist variants.
 
 Regimes: no stragglers, and every call of ``f`` sleeping 2 s more with probability 0.1
 (``--p``, ``--delay``). The draw is made inside ``f`` by ``np.random.default_rng()``
@@ -335,9 +338,27 @@ def rewritten(
     return run
 
 
+def in_block(
+    ddf: dd.DataFrame, f: Callable[..., Any], args: tuple, meta: Any, code: str
+) -> Callable:
+    """The plain ``compute`` inside ``with dask_bacc.coding(code=..., only=f)``: the code
+    unchanged (issue 30)."""
+
+    def run(tag: int, info: dict[str, Any]) -> Any:
+        with dask_bacc.coding(code=code, only=f) as block:
+            out = ddf.map_partitions(f, tag, *args, meta=meta).compute()
+        info["block"] = block
+        return out
+
+    return run
+
+
 def report_counts(bench: Bench, info: dict[str, Any]) -> tuple[int | None, int | None]:
     """Backups launched by the job and blocks a backup gave, from its report."""
     report = info.get("report")
+    if report is None and "block" in info:
+        reports = info["block"].reports
+        report = reports[0] if reports else None
     if report is None and "collection" in info:
         try:
             report = dask_bacc.report_of(info["collection"], client=bench.client)
@@ -465,7 +486,7 @@ def part_a(args: argparse.Namespace, tags: itertools.count) -> list[dict[str, An
                 ddf, meta, bench.base_tasks = persisted(client, 8, rows // 8)
                 for regime, p in (("none", 0.0), ("late", args.p)):
                     fargs = (p, args.delay)
-                    variants = [
+                    persists = [
                         Variant(
                             "plain persist",
                             "plain persist",
@@ -481,6 +502,9 @@ def part_a(args: argparse.Namespace, tags: itertools.count) -> list[dict[str, An
                             "plain persist",
                             layer_job(ddf, rowwise, fargs, meta, "speculative"),
                         ),
+                    ]
+                    variants = [] if args.compute_only else persists
+                    variants += [
                         Variant(
                             "plain compute",
                             "plain compute",
@@ -492,6 +516,14 @@ def part_a(args: argparse.Namespace, tags: itertools.count) -> list[dict[str, An
                             rewritten(client, ddf, rowwise, fargs, meta, "repetition"),
                         ),
                     ]
+                    if args.coding:
+                        variants.append(
+                            Variant(
+                                "coding() repetition",
+                                "plain compute",
+                                in_block(ddf, rowwise, fargs, meta, "repetition"),
+                            )
+                        )
                     if args.coded_speculative:
                         variants.append(
                             Variant(
@@ -717,6 +749,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p", type=float, default=0.1, help="A: late probability per call")
     parser.add_argument("--delay", type=float, default=2.0, help="A: delay of a late call (s)")
     parser.add_argument("--coded-speculative", action="store_true", help="A: add coded(spec.)")
+    parser.add_argument(
+        "--coding", action="store_true", help="A: add the compute inside coding() (issue 30)"
+    )
+    parser.add_argument(
+        "--compute-only", action="store_true", help="A: leave out the persist variants"
+    )
     parser.add_argument("--partitions", type=ints, default=[1000, 200], help="B: sizes")
     parser.add_argument("--task", type=float, default=0.02, help="B: task seconds")
     parser.add_argument("--b-p", type=float, default=0.05, help="B: slow probability per call")

@@ -37,6 +37,12 @@ before the original assertion runs, the wrapper
    ``identical``, then each variable's dims, attrs, data type and values as NumPy above,
    and the index types; tuples, lists, dicts and scalars element by element.
 
+``--code coding-repetition`` (or ``coding-speculative``) checks ``dask_bacc.coding()``
+instead (issue 30): the collection itself, unchanged, computed with ``dask.compute``
+inside ``with dask_bacc.coding(code=..., only="all"):`` in a thread of its own, and
+compared with the plain result the same way (no lazy metadata to compare: it is the
+same collection).
+
 The wrapper never raises into the test: the test goes on with the original assertion. A
 failure of this script itself (a comparison that raised) is listed as a harness error.
 
@@ -84,6 +90,9 @@ from typing import Any
 
 #: the codes every case is run with
 CODES = ("repetition", "speculative")
+#: ``--code coding-<code>``: the collection computed unchanged with ``dask.compute``
+#: inside ``with dask_bacc.coding(code=<code>, only="all"):`` (issue 30), not ``coded()``
+CODING_CODES = ("coding-repetition", "coding-speculative")
 
 #: the words a selected test's name (``--match name``) or source (``source``) holds
 WORDS = ("map_blocks", "map_partitions", "map_overlap")
@@ -505,6 +514,11 @@ class UpstreamCases:
         for code in self.codes:
             row = {**base, "code": code, "plain": plain, "plain_s": round(plain_s, 3)}
             t0 = time.perf_counter()
+            if code in CODING_CODES:
+                got, value = self._compute_in_block(x, code.removeprefix("coding-"))
+                row["coded_s"] = round(time.perf_counter() - t0, 3)
+                self._add(self._outcome(row, plain, expected, got, value, []))
+                continue
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -520,41 +534,69 @@ class UpstreamCases:
                 lazy = ["lazy comparison raised (see harness errors)"]
             got, value = self._compute(z)
             row["coded_s"] = round(time.perf_counter() - t0, 3)
-            if got == "hung":
-                row.update(outcome="hung", stage="compute", reason=f"no result in {self.timeout}s")
-            elif plain == "hung":
-                row.update(outcome="different", stage="compute", reason="plain hung, coded did not")
-            elif got == "raised" and plain == "raised":
-                same = type(value) is type(expected) and str(value) == str(expected)
-                row.update(
-                    outcome="identical" if same else "different",
-                    stage="compute",
-                    reason="" if same else f"plain {_short(expected)}; coded {_short(value)}",
-                )
-                if not same:
-                    row["tb"] = _tail(value)
-            elif got == "raised":
-                row.update(
-                    outcome="crashed", stage="compute", reason=_short(value), tb=_tail(value)
-                )
-            elif plain == "raised":
-                row.update(
-                    outcome="different", stage="compute", reason=f"plain raised {_short(expected)}"
-                )
-            else:
-                try:
-                    diffs = lazy + value_diff(expected, value)
-                except Exception as exc:
-                    self._internal(exc)
-                    diffs = [*lazy, "comparison raised (see harness errors)"]
-                row.update(
-                    outcome="different" if diffs else "identical",
-                    stage="compute",
-                    reason="; ".join(diffs),
-                )
-            if lazy and row["outcome"] == "identical":
-                row.update(outcome="different", reason="; ".join(lazy))
-            self._add(row)
+            self._add(self._outcome(row, plain, expected, got, value, lazy))
+
+    def _outcome(
+        self, row: dict[str, Any], plain: str, expected: Any, got: str, value: Any, lazy: list[str]
+    ) -> dict[str, Any]:
+        """``row`` with the case's outcome: the coded compute (``got``, ``value``) against
+        the plain one (``plain``, ``expected``), and the lazy differences found before."""
+        if got == "hung":
+            row.update(outcome="hung", stage="compute", reason=f"no result in {self.timeout}s")
+        elif plain == "hung":
+            row.update(outcome="different", stage="compute", reason="plain hung, coded did not")
+        elif got == "raised" and plain == "raised":
+            same = type(value) is type(expected) and str(value) == str(expected)
+            row.update(
+                outcome="identical" if same else "different",
+                stage="compute",
+                reason="" if same else f"plain {_short(expected)}; coded {_short(value)}",
+            )
+            if not same:
+                row["tb"] = _tail(value)
+        elif got == "raised":
+            row.update(outcome="crashed", stage="compute", reason=_short(value), tb=_tail(value))
+        elif plain == "raised":
+            row.update(
+                outcome="different", stage="compute", reason=f"plain raised {_short(expected)}"
+            )
+        else:
+            try:
+                diffs = lazy + value_diff(expected, value)
+            except Exception as exc:
+                self._internal(exc)
+                diffs = [*lazy, "comparison raised (see harness errors)"]
+            row.update(
+                outcome="different" if diffs else "identical",
+                stage="compute",
+                reason="; ".join(diffs),
+            )
+        if lazy and row["outcome"] == "identical":
+            row.update(outcome="different", reason="; ".join(lazy))
+        return row
+
+    def _compute_in_block(self, x: Any, code: str) -> tuple[str, Any]:
+        """Like :meth:`_compute`, with ``dask.compute(x)`` inside ``dask_bacc.coding``, in
+        a thread of its own (a block applies to its thread; the join bounds the wait)."""
+        import dask
+
+        import dask_bacc
+
+        out: dict[str, tuple[str, Any]] = {}
+
+        def run() -> None:
+            try:
+                with _default_client(self.client), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    with dask_bacc.coding(code=code, only="all"):
+                        out["v"] = ("ok", dask.compute(x)[0])
+            except Exception as exc:
+                out["v"] = ("raised", exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(self.timeout)
+        return out.get("v", ("hung", None))
 
     def _internal(self, exc: BaseException) -> None:
         """A failure of this script (not of the case): listed in the summary."""
@@ -653,7 +695,13 @@ def main() -> int:
     parser.add_argument(
         "--suite", action="append", choices=sorted(SUITES), help="repeatable; default: all"
     )
-    parser.add_argument("--code", action="append", choices=CODES, help="default: both")
+    parser.add_argument(
+        "--code",
+        action="append",
+        choices=CODES + CODING_CODES,
+        help="default: repetition and speculative through coded(); coding-<code>: the "
+        "unchanged compute inside dask_bacc.coding(code=<code>, only='all')",
+    )
     parser.add_argument("--match", choices=("name", "source", "all"), default="name")
     parser.add_argument("-k", dest="keyword", default=None, help="pytest -k, to narrow further")
     parser.add_argument("--timeout", type=float, default=60.0, help="per compute, seconds")

@@ -318,3 +318,32 @@ def test_turned_off_by_config(client):
     with dask.config.set({"bacc.coding.enabled": False}), dask_bacc.coding() as block:
         np.testing.assert_array_equal(y.compute(), np.full(20, 2.0))
     assert block.layers == []
+
+
+def test_blockwise_and_a_persisted_input(client):
+    """A marked function through ``da.blockwise`` (two chunked inputs), reading a
+    persisted array: the copies read the chunks already in memory."""
+    x = da.arange(40, chunks=10).astype(float).persist()
+    w = da.ones(40, chunks=10)
+    y = da.blockwise(anomaly, "i", x + w, "i", dtype=float)
+    plain = y.compute()
+    with dask_bacc.coding() as block:
+        got = y.compute()
+    np.testing.assert_array_equal(got, plain, strict=True)
+    assert [(layer.function, layer.coded, layer.ntasks) for layer in block.layers] == [
+        ("anomaly", True, 4)
+    ]
+
+
+def test_a_graph_the_hook_cannot_read_runs_uncoded_with_a_warning(client, monkeypatch):
+    def broken(graph, selection):
+        raise KeyError("a graph shape nobody foresaw")
+
+    monkeypatch.setattr(coding_module, "find_layers", broken)
+    y = da.ones(20, chunks=5).map_blocks(scale_rows)
+    with dask_bacc.coding() as block:
+        with pytest.warns(RuntimeWarning, match="runs uncoded.*nobody foresaw"):
+            np.testing.assert_array_equal(y.compute(), np.full(20, 2.0))
+        with pytest.warns(RuntimeWarning, match="runs uncoded"):
+            np.testing.assert_array_equal(y.persist().compute(), np.full(20, 2.0))
+    assert block.layers == []

@@ -30,6 +30,8 @@ __all__ = [
     "codeable",
     "find_layers",
     "is_codeable",
+    "reachable",
+    "readers_of",
     "refusal",
     "where",
 ]
@@ -303,7 +305,7 @@ def refusal(
         near = [*graph[key].dependencies, *readers.get(key, ())]
         if p2p or any(_is_barrier(k) for k in near):
             return "a P2P shuffle or rechunk (its tasks exchange data through the workers)"
-    if any(_is_barrier(k) for k in _downstream(blocks, readers)):
+    if any(_is_barrier(k) for k in reachable(blocks, lambda k: readers.get(k, ()))):
         return (
             "a P2P shuffle or rechunk reads its output (its tasks would be renamed, and "
             "the shuffle's barrier names them)"
@@ -334,15 +336,25 @@ def _is_barrier(key: Key) -> bool:
     return "barrier" in _prefix(_name(key) or str(key))
 
 
-def _downstream(start: Iterable[Key], readers: Mapping[Key, list[Key]]) -> set[Key]:
-    """Every key that reads one of ``start``, directly or not."""
+def readers_of(graph: Mapping[Key, GraphNode]) -> dict[Key, list[Key]]:
+    """Key -> the keys of ``graph`` that read it."""
+    readers: dict[Key, list[Key]] = {}
+    for key, node in graph.items():
+        for d in node.dependencies:
+            readers.setdefault(d, []).append(key)
+    return readers
+
+
+def reachable(start: Iterable[Key], step: Callable[[Key], Iterable[Key]]) -> set[Key]:
+    """``start`` and every key reached from them by ``step`` (a key's dependencies: its
+    ancestors; ``readers_of(graph).get``: its descendants)."""
     seen: set[Key] = set()
-    stack = [r for k in start for r in readers.get(k, ())]
+    stack = list(start)
     while stack:
         key = stack.pop()
         if key not in seen:
             seen.add(key)
-            stack.extend(readers.get(key, ()))
+            stack.extend(step(key))
     return seen
 
 
@@ -360,10 +372,7 @@ class Found:
 def find_layers(graph: Mapping[Key, GraphNode], selection: Selection) -> list[Found]:
     """The selected groups of ``graph``, in graph order, each with its refusal (if any)."""
     found: list[Found] = []
-    readers: dict[Key, list[Key]] = {}
-    for key, node in graph.items():
-        for d in node.dependencies:
-            readers.setdefault(d, []).append(key)
+    readers = readers_of(graph)
     for name, blocks in groups(graph).items():
         functions = tuple({id(f): f for f in calls(graph[blocks[0]])}.values())
         if not functions:
@@ -380,10 +389,15 @@ def annotated_functions(expr: Any) -> list[Callable[..., Any]]:
     """The functions of the array layers built under ``dask.annotate(bacc=True)`` in
     ``expr`` (a dask expression). Blockwise fusion drops a layer's annotations from the
     graph it builds; the expression still holds the layers as built."""
+    from dask._expr import HLGExpr
+    from dask.highlevelgraph import HighLevelGraph
+
     out: list[Callable[..., Any]] = []
     for node in expr.walk():
-        hlg = getattr(node, "dsk", None)
-        for layer in getattr(hlg, "layers", {}).values():
+        hlg = node.dsk if isinstance(node, HLGExpr) else None
+        if not isinstance(hlg, HighLevelGraph):
+            continue
+        for layer in hlg.layers.values():
             if (layer.annotations or {}).get("bacc"):
                 inner = getattr(layer, "dsk", None)  # a Blockwise layer's one task
                 out.extend(calls(inner if inner is not None else dict(layer)))

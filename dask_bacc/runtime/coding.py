@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import config
 from ..collections.layer import Layer, _inline_aliases, rebuild
-from ..collections.select import Found, Only, Selection, annotated_functions, find_layers
+from ..collections.select import (
+    Found,
+    Only,
+    Selection,
+    annotated_functions,
+    find_layers,
+    reachable,
+    readers_of,
+)
 from . import _dist
 from .driver import REPORT_TOPIC, layer_driver
 from .redundant import EXACT_LAYER_CODES, policy_for
@@ -231,7 +239,8 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         tokens: dict[str, str] = {}
         if coded:
             tag = f"bacc{uuid.uuid4().hex[:12]}"
-            changed = _descendants(graph, [b for f in coded for b in f.blocks])
+            readers = readers_of(graph)
+            changed = reachable([b for f in coded for b in f.blocks], lambda k: readers.get(k, ()))
             rename = {k: _renamed_key(k, tag) for k in changed}
             graph = _relabelled(graph, rename)
             for f in coded:
@@ -251,6 +260,20 @@ class coding:  # lower case, as dask.config.set and dask.annotate
             return None
         culled = _cull(graph, [rename.get(k, k) for k in flat])
         return _with_annotations(culled, expr.__dask_annotations__(), rename), rename
+
+    def safe_rewrite(self, expr: Any, outputs: Iterable[Key]) -> tuple[Any, dict[Key, Key]] | None:
+        """:meth:`rewrite`; a graph it fails to read runs uncoded, with a warning naming
+        the failure (the computation itself must not fail for it)."""
+        try:
+            return self.rewrite(expr, outputs)
+        except Exception as exc:
+            warnings.warn(
+                f"dask_bacc.coding(): this computation runs uncoded: reading its graph "
+                f"failed ({type(exc).__name__}: {exc})",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return None
 
     def _code_layer(self, graph: dict[Key, GraphNode], found: Found, blocks: list[Key]) -> str:
         """Replace the tasks ``blocks`` (``found``'s, renamed) in ``graph`` by a driver
@@ -309,32 +332,8 @@ def _client() -> Client | None:
 
 
 def _ancestors(graph: Mapping[Key, GraphNode], start: Iterable[Key]) -> set[Key]:
-    """``start`` and every key they read, directly or not."""
-    seen: set[Key] = set()
-    stack = list(start)
-    while stack:
-        key = stack.pop()
-        if key in seen or key not in graph:
-            continue
-        seen.add(key)
-        stack.extend(graph[key].dependencies)
-    return seen
-
-
-def _descendants(graph: Mapping[Key, GraphNode], start: Iterable[Key]) -> set[Key]:
-    """``start`` and every key that reads them, directly or not."""
-    readers: dict[Key, list[Key]] = {}
-    for key, node in graph.items():
-        for d in node.dependencies:
-            readers.setdefault(d, []).append(key)
-    seen: set[Key] = set()
-    stack = list(start)
-    while stack:
-        key = stack.pop()
-        if key not in seen:
-            seen.add(key)
-            stack.extend(readers.get(key, ()))
-    return seen
+    """``start`` and every key of ``graph`` they read, directly or not."""
+    return reachable(start, lambda k: graph[k].dependencies if k in graph else ())
 
 
 def _renamed_key(key: Key, tag: str) -> Key:
@@ -415,16 +414,15 @@ def _with_annotations(
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
     was = {new: old for old, new in rename.items()}
-    by_notes: dict[tuple[tuple[str, Any], ...], dict[Key, GraphNode]] = {}
+    # keys grouped by their annotations (compared by repr: a value may be a list)
+    groups: dict[str, tuple[dict[str, Any], dict[Key, GraphNode]]] = {}
     for key, node in graph.items():
         old = was.get(key, key)
-        notes = tuple(
-            sorted((name, values[old]) for name, values in annotations.items() if old in values)
-        )
-        by_notes.setdefault(notes, {})[key] = node
+        notes = {name: values[old] for name, values in annotations.items() if old in values}
+        groups.setdefault(repr(sorted(notes.items())), (notes, {}))[1][key] = node
     layers = {
-        f"bacc-coding-{i}": MaterializedLayer(dsk, annotations=dict(notes) or None)
-        for i, (notes, dsk) in enumerate(by_notes.items())
+        f"bacc-coding-{i}": MaterializedLayer(dsk, annotations=notes or None)
+        for i, (notes, dsk) in enumerate(groups.values())
     }
     return HighLevelGraph(layers, {name: set() for name in layers})
 
@@ -495,7 +493,7 @@ class _Hook:
             return self._plain()(expr, outputs, **kwargs)
         block, client = active
         run = cast("Callable[..., Any]", client.get)
-        done = block.rewrite(expr, outputs)
+        done = block.safe_rewrite(expr, outputs)
         if done is None:
             return run(expr, outputs, **kwargs)
         graph, rename = done
@@ -521,7 +519,7 @@ class _Hook:
         expr = to_expr(list(collections), optimize_graph).optimize()
         outputs = expr.__dask_keys__()
         flat = _flat(outputs)
-        done = block.rewrite(expr, flat)
+        done = block.safe_rewrite(expr, flat)
         graph, rename = (expr, {}) if done is None else done
         futures = dict(
             zip(flat, _dist.get(client, graph, [rename.get(k, k) for k in flat]), strict=True)
