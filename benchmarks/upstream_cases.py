@@ -515,8 +515,9 @@ class UpstreamCases:
             row = {**base, "code": code, "plain": plain, "plain_s": round(plain_s, 3)}
             t0 = time.perf_counter()
             if code in CODING_CODES:
-                got, value = self._compute_in_block(x, code.removeprefix("coding-"))
+                got, value, coded = self._compute_in_block(x, code.removeprefix("coding-"))
                 row["coded_s"] = round(time.perf_counter() - t0, 3)
+                row["layers_coded"] = coded
                 self._add(self._outcome(row, plain, expected, got, value, []))
                 continue
             try:
@@ -575,20 +576,22 @@ class UpstreamCases:
             row.update(outcome="different", reason="; ".join(lazy))
         return row
 
-    def _compute_in_block(self, x: Any, code: str) -> tuple[str, Any]:
+    def _compute_in_block(self, x: Any, code: str) -> tuple[str, Any, int]:
         """Like :meth:`_compute`, with ``dask.compute(x)`` inside ``dask_bacc.coding``, in
-        a thread of its own (a block applies to its thread; the join bounds the wait)."""
+        a thread of its own (a block applies to its thread; the join bounds the wait);
+        also how many layers the block coded."""
         import dask
 
         import dask_bacc
 
         out: dict[str, tuple[str, Any]] = {}
+        block = dask_bacc.coding(code=code, only="all")
 
         def run() -> None:
             try:
                 with _default_client(self.client), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    with dask_bacc.coding(code=code, only="all"):
+                    with block:
                         out["v"] = ("ok", dask.compute(x)[0])
             except Exception as exc:
                 out["v"] = ("raised", exc)
@@ -596,7 +599,8 @@ class UpstreamCases:
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         thread.join(self.timeout)
-        return out.get("v", ("hung", None))
+        got, value = out.get("v", ("hung", None))
+        return got, value, sum(layer.coded for layer in block.layers)
 
     def _internal(self, exc: BaseException) -> None:
         """A failure of this script (not of the case): listed in the summary."""
@@ -676,6 +680,12 @@ def summary(
         mine = [r for r in rows if r["code"] == code]
         n = Counter(r["outcome"] for r in mine)
         lines.append(f"{code:<12} {len(mine):>6} " + " ".join(f"{n[o]:>10}" for o in OUTCOMES))
+    for code in codes:
+        ran = [r for r in rows if r["code"] == code and "layers_coded" in r]
+        if ran:
+            some = sum(r["layers_coded"] > 0 for r in ran)
+            total = sum(r["layers_coded"] for r in ran)
+            lines.append(f"{code}: {some} of {len(ran)} cases had a layer coded ({total} layers)")
     if plugin.internal:
         lines += ["", f"harness errors (failures of this script): {len(plugin.internal)}"]
         lines += [f"- {t}" for t in plugin.internal]
