@@ -73,8 +73,9 @@ def client():
 
 
 # -- the peer suite ------------------------------------------------------------------------
+@pytest.mark.slow  # (the same cases run through coded() in the fast subset: test_layer.py)
 @pytest.mark.usefixtures("client")
-@pytest.mark.parametrize("how", ["compute", pytest.param("persist", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("how", ["compute", "persist"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_peer_case_identical_to_plain_dask(case, how):
     coll = CASES[case]()
