@@ -1,7 +1,7 @@
 """Shared fixtures; and the test markers (registered in pyproject.toml).
 
-A fast run for contributors, about 1.5 minutes on a 2-core machine (the goal is one), leaves out the tests
-marked ``slow`` (several seconds or more each: the fuzz run, the examples' and
+A fast run for contributors, about 1.5 minutes on a 2-core machine (the goal is one),
+leaves out the tests marked ``slow`` (several seconds or more each: the fuzz run, the examples' and
 benchmarks' smoke runs, lost-worker recoveries, most multi-worker cluster jobs),
 ``browser`` (tests/test_browser.py, headless Chromium from ``ci/browser.sh``) and
 ``multiprocess`` (scheduler or worker processes: tests/test_multiprocess.py, the README's

@@ -110,7 +110,7 @@ class Selection:
 
     Parameters
     ----------
-    only : None, "all", str, callable, where, or an iterable of them
+    only : None, "all", str, callable, where or iterable
         None: the functions marked with :func:`codeable` and those of the array layers
         built under ``dask.annotate(bacc=True)`` (``annotated``). ``"all"``: every group
         of two or more tasks that is a map over chunks (:func:`refusal` with

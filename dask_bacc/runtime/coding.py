@@ -112,7 +112,7 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         ``bacc.code``. The codes that mix blocks (Berrut, the splines, Lagrange) need the
         map call, which the graph dask hands the scheduler no longer shows: use
         :func:`dask_bacc.coded` on the collection for them.
-    only : None, "all", str, callable, dask_bacc.where, or a list of them
+    only : None, "all", str, callable, where or list, optional
         Which layers are coded. None (default): the layers whose tasks call a function
         marked with :func:`dask_bacc.codeable`, and dask array layers built under
         ``dask.annotate(bacc=True)``. ``"all"``: every layer that is a map over chunks
