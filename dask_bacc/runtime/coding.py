@@ -521,9 +521,9 @@ class _Hook:
         flat = _flat(outputs)
         done = block.safe_rewrite(expr, flat)
         graph, rename = (expr, {}) if done is None else done
-        futures = dict(
-            zip(flat, _dist.get(client, graph, [rename.get(k, k) for k in flat]), strict=True)
-        )
+        run = cast("Callable[..., list[Any]]", client.get)  # (persist's options go on)
+        got = run(graph, [rename.get(k, k) for k in flat], sync=False, **kwargs)
+        futures = dict(zip(flat, got, strict=True))
         out = []
         for coll, ks in zip(collections, outputs, strict=True):
             ks = _flat(ks)
