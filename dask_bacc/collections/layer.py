@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from dask._task_spec import GraphNode
     from dask.typing import Key
 
-__all__ = ["Layer", "final_layer", "rebuild"]
+__all__ = ["Layer", "final_layer", "rebuild", "renamed"]
 
 
 @dataclass
@@ -65,9 +65,7 @@ class Layer:
         """``key`` under the rebuilt collection's name (``<name>-<tag>``): its keys must
         differ from the plain collection's, whose tasks have other specs (the scheduler
         warns when one key comes with two specs, and may mix them up)."""
-        if isinstance(key, tuple):
-            return (f"{key[0]}-{tag}", *key[1:])
-        return f"{key}-{tag}"
+        return renamed(key, tag)
 
     def rebuild(self, values: Mapping[Key, Any], tag: str) -> Any:
         """The collection, of the same type, from ``values``: output key (renamed by
@@ -81,6 +79,13 @@ class Layer:
         """This layer without the collection's rebuild function (what a driver task needs:
         the graph and the keys)."""
         return Layer(self.graph, self.outputs, self.blocks, self.output_of, self.name)
+
+
+def renamed(key: Key, tag: str) -> Key:
+    """``key`` under ``<name>-<tag>`` (a tuple key keeps its indices)."""
+    if isinstance(key, tuple):
+        return (f"{key[0]}-{tag}", *key[1:])
+    return f"{key}-{tag}"
 
 
 def rebuild(

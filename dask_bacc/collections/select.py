@@ -369,10 +369,12 @@ class Found:
     reason: str | None
 
 
-def find_layers(graph: Mapping[Key, GraphNode], selection: Selection) -> list[Found]:
-    """The selected groups of ``graph``, in graph order, each with its refusal (if any)."""
+def find_layers(
+    graph: Mapping[Key, GraphNode], selection: Selection, readers: Mapping[Key, list[Key]]
+) -> list[Found]:
+    """The selected groups of ``graph``, in graph order, each with its refusal (if any);
+    ``readers``: :func:`readers_of` ``graph``."""
     found: list[Found] = []
-    readers = readers_of(graph)
     for name, blocks in groups(graph).items():
         functions = tuple({id(f): f for f in calls(graph[blocks[0]])}.values())
         if not functions:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import config
-from ..collections.layer import Layer, _inline_aliases, rebuild
+from ..collections.layer import Layer, _inline_aliases, rebuild, renamed
 from ..collections.select import (
     Found,
     Only,
@@ -233,15 +233,15 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         flat = _flat(outputs)
         # (no task reads an alias any more; an output that is one stays)
         graph = _inline_aliases(convert_legacy_graph(dict(expr.__dask_graph__())), set(flat))
-        found = find_layers(graph, selection)
+        readers = readers_of(graph)
+        found = find_layers(graph, selection, readers)
         coded = _ordered(graph, [f for f in found if f.reason is None])
         rename: dict[Key, Key] = {}
         tokens: dict[str, str] = {}
         if coded:
             tag = f"bacc{uuid.uuid4().hex[:12]}"
-            readers = readers_of(graph)
             changed = reachable([b for f in coded for b in f.blocks], lambda k: readers.get(k, ()))
-            rename = {k: _renamed_key(k, tag) for k in changed}
+            rename = {k: renamed(k, tag) for k in changed}
             graph = _relabelled(graph, rename)
             for f in coded:
                 tokens[f.name] = self._code_layer(graph, f, [rename[b] for b in f.blocks])
@@ -334,13 +334,6 @@ def _client() -> Client | None:
 def _ancestors(graph: Mapping[Key, GraphNode], start: Iterable[Key]) -> set[Key]:
     """``start`` and every key of ``graph`` they read, directly or not."""
     return reachable(start, lambda k: graph[k].dependencies if k in graph else ())
-
-
-def _renamed_key(key: Key, tag: str) -> Key:
-    """``key`` under ``<name>-<tag>`` (a tuple key keeps its indices)."""
-    if isinstance(key, tuple):
-        return (f"{key[0]}-{tag}", *key[1:])
-    return f"{key}-{tag}"
 
 
 def _relabelled(graph: Mapping[Key, GraphNode], rename: Mapping[Key, Key]) -> dict[Key, GraphNode]:
