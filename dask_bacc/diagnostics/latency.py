@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LatencyModel", "TaskObservation", "WorkerPrediction"]
+__all__ = ["LatencyModel", "TaskObservation", "TaskTimes", "WorkerPrediction"]
 
 #: a job median below this (seconds) is taken as this: no division by zero
 _TINY = 1e-6
@@ -480,3 +480,45 @@ class LatencyModel:
             },
             "hosts": hosts,
         }
+
+
+class TaskTimes:
+    """Per function: the run times (seconds) of its recent finished tasks.
+
+    The hedging rule's prior (``code="hedged"``): before enough tasks of a job finished,
+    a task is late by what its function's earlier jobs on this cluster took. Absolute
+    times, unlike :class:`LatencyModel`'s relative ones: a job needs a threshold in
+    seconds before any of its own tasks finished.
+
+    Parameters
+    ----------
+    samples : int
+        Run times kept per function (the newest).
+    max_functions : int
+        Functions kept; the least recently seen are dropped first.
+    """
+
+    def __init__(self, samples: int = 64, max_functions: int = 1000):
+        self.samples = samples
+        self.max_functions = max_functions
+        self._of: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def observe(self, func: str, seconds: Iterable[float]) -> None:
+        """Run times of finished tasks of ``func`` (non-finite or negative ones ignored)."""
+        good = [float(s) for s in seconds if np.isfinite(s) and s >= 0]
+        if not good:
+            return
+        kept = self._of.pop(func, None) or deque(maxlen=self.samples)
+        kept.extend(good)
+        self._of[func] = kept
+        while len(self._of) > self.max_functions:
+            self._of.popitem(last=False)
+
+    def expected(self, func: str) -> float | None:
+        """The median of ``func``'s kept run times; None when none is known."""
+        kept = self._of.get(func)
+        return float(np.median(np.fromiter(kept, float))) if kept else None
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """Per function: the median run time and how many run times it is over."""
+        return {f: {"median": float(np.median(list(t))), "n": len(t)} for f, t in self._of.items()}

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from .plugin import TASK_OUTCOMES, current_plugin
+from .plugin import BACKUP_OUTCOMES, TASK_OUTCOMES, current_plugin
 
 __all__ = ["BaccMetricCollector", "install_metrics"]
 
@@ -101,6 +101,14 @@ class BaccMetricCollector(_base()):  # type: ignore[misc]
             "Thread-seconds of coded tasks an uncoded run would not have spent",
             value=plugin.redundant_cpu_total,
         )
+        backups = CounterMetricFamily(
+            self.build_name("backups"),
+            "Backup copies of hedged and speculative jobs, by outcome (launched, won, cancelled)",
+            labels=["outcome"],
+        )
+        for outcome in BACKUP_OUTCOMES:
+            backups.add_metric([outcome], plugin.backups_total[outcome])
+        yield backups
         yield GaugeMetricFamily(
             self.build_name("jobs_running"),
             "Coded jobs not finished yet",

@@ -26,7 +26,7 @@ from ..codes.grouped import group_of_shares
 from ..codes.registry import code_label
 from ..runtime.keys import FAILURE_TYPE
 from ..runtime.keys import parse as parse_key
-from .latency import LatencyModel, TaskObservation
+from .latency import LatencyModel, TaskObservation, TaskTimes
 
 __all__ = ["HANDLER", "PLUGIN_NAME", "BaccDiagnostics", "current_plugin"]
 
@@ -65,6 +65,10 @@ def current_plugin() -> BaccDiagnostics | None:
         if plugin is not None and not plugin.closed:
             return plugin
     return None
+
+
+#: what became of the backups of hedged and speculative jobs (``report.hedge``)
+BACKUP_OUTCOMES = ("launched", "won", "cancelled")
 
 
 class TaskTrack:
@@ -282,6 +286,8 @@ class JobStats:
             "decode_seconds": self.decode_seconds(),
             "error_estimate": rep.get("error_estimate"),
             "error": rep.get("error"),
+            # hedged / speculative jobs: backups launched, won, cancelled, the threshold
+            "hedge": rep.get("hedge"),
             **self.savings(),
             "bytes_moved": self.bytes_moved,
             "client": self.client,
@@ -402,6 +408,12 @@ class BaccDiagnostics(SchedulerPlugin):
         self.redundant_cpu_total = 0.0
         #: the straggler model (``bacc.diagnostics.model``), built on the scheduler
         self.model: LatencyModel | None = None
+        #: per function, the run times of recent tasks of hedged jobs: the hedging rule's
+        #: prior (``dask_bacc.runtime.speculative.task_prior``)
+        self.task_times = TaskTimes()
+        #: backups of hedged and speculative jobs over the session, by outcome
+        #: (launched, won, cancelled; the ``dask_bacc_backups_total`` metric)
+        self.backups_total: Counter[str] = Counter()
 
     def __getstate__(self) -> dict[str, Any]:
         # only the settings travel (client -> scheduler); state is built there
@@ -749,6 +761,14 @@ class BaccDiagnostics(SchedulerPlugin):
             )
         return out
 
+    def learn_backups(self, func: str, seconds: list[float], hedge: dict[str, Any]) -> None:
+        """A finished hedged or speculative job (any entry point): the run times of its
+        finished tasks (the prior of ``func``'s next jobs) and its backups' outcomes."""
+        self.task_times.observe(func, seconds)
+        for outcome in BACKUP_OUTCOMES:
+            self.backups_total[outcome] += int(hedge.get(outcome) or 0)
+        self.version += 1
+
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         if self.model is not None:
             self.model.forget(worker)
@@ -799,7 +819,11 @@ class BaccDiagnostics(SchedulerPlugin):
                 "time_saved_jobs": self.time_saved_jobs,
                 "cpu": self.cpu_total,
                 "redundant_cpu": self.redundant_cpu_total,
+                # backups of hedged and speculative jobs, every entry point
+                "backups": dict(self.backups_total),
             },
+            # the hedging rule's prior: per function, its recent tasks' median run time
+            "task_times": self.task_times.snapshot(),
             # the straggler model: per worker, per host and the cluster (None when off)
             "workers": None if self.model is None else self.model.snapshot(),
         }

@@ -42,6 +42,7 @@ from .handle import sync_guarded
 from .job import CodedJob
 from .launch import SharedLaunch, check_encoded, mixes_exactly
 from .placement import choose_workers
+from .speculative import backup_code
 from .submit import (
     _adapt,
     _auto_spelling,
@@ -510,10 +511,16 @@ def encode(
     """
     if code is None:
         code = config.get("code")
+        if backup_code(code):  # the default keeps no shares: exact shares instead
+            code = "repetition"
     code, n_coded = _auto_spelling(code), _auto_spelling(n_coded)
     _check_common(len, code, n_coded, None, code_options)
-    if isinstance(code, str) and code.lower() == "speculative":
-        raise ValueError("code='speculative' has no coded shares to keep: pick a code")
+    if backup_code(code):
+        raise ValueError(
+            f"code={code!r} runs backup copies of late tasks, it has no coded shares to "
+            "keep: pass a code to encode() (repetition for exact shares), or use "
+            f"map_coded(f, data, code={code!r}) for each map"
+        )
     if code == AUTO and n_coded != AUTO:
         raise ValueError("encode(code='auto') chooses the code with N: pass n_coded='auto'")
     error = check_error_budget(error, n_coded == AUTO)

@@ -106,10 +106,12 @@ class coding:  # lower case, as dask.config.set and dask.annotate
 
     Parameters
     ----------
-    code : {"repetition", "speculative"}, optional
-        ``"repetition"`` launches every backup at once (at a lower priority than the
-        tasks themselves); ``"speculative"`` launches one when a task runs late. Default:
-        ``bacc.code``. The codes that mix blocks (Berrut, the splines, Lagrange) need the
+    code : {"hedged", "repetition", "speculative"}, optional
+        ``"hedged"`` launches a backup of a task once it has run past what is known of
+        its function (``bacc.hedge``); ``"repetition"`` launches every backup at once (at
+        a lower priority than the tasks themselves); ``"speculative"`` launches one when a
+        task runs late by Spark's rule, once most tasks finished. Default: ``bacc.code``.
+        The codes that mix blocks (Berrut, the splines, Lagrange) need the
         map call, which the graph dask hands the scheduler no longer shows: use
         :func:`dask_bacc.coded` on the collection for them.
     only : None, "all", str, callable, where or list, optional

@@ -30,6 +30,7 @@ from . import _dist, keys
 from .quality import check_adversaries
 from .redundant import EXACT_LAYER_CODES, policy_for
 from .report import JobReport
+from .speculative import backup_code
 from .submit import (
     AVOID_WORKERS,
     _build_code,
@@ -344,12 +345,13 @@ def _plan(
     ValueError
         Too few workers for N (counting every worker, and saying why one is left out),
         a wait or ``n_coded`` the code cannot take, ``n_coded``/``wait`` with the
-        speculative code.
+        hedged and speculative codes.
     """
-    if isinstance(code, str) and code.lower() == "speculative":
+    backups = backup_code(code)
+    if backups is not None:
         if n_coded is not None or wait is not None:
             raise ValueError(
-                "code='speculative' runs each task with a backup when it runs late and "
+                f"code={backups!r} runs each task with a backup when it runs late and "
                 "waits for every block: n_coded and wait do not apply"
             )
         return
@@ -432,7 +434,7 @@ def _forward_warnings(queued: list[Warning]) -> None:
 def _keeps_dtype(code: str | Code) -> bool:
     if isinstance(code, Code):
         return code.keeps_dtype
-    if code.lower() == "speculative":
+    if backup_code(code):
         return True  # copies of the plain tasks
     return code_class(code).keeps_dtype
 

@@ -1229,6 +1229,7 @@ class CodedJob(JobHandle):
         the straggling evals by index, and the job's other unfinished tasks."""
         self._sync_report()
         self._fill_savings()
+        self.launch.finished(self)
         stragglers = {i: f for i, f in self._evals.items() if f.status == "pending"}
         self.report.cancelled += len(stragglers)
         cancel = [f for f in self._stage if f.status == "pending"]

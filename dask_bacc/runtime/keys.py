@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "FAILURE_TYPE",
@@ -19,6 +20,7 @@ __all__ = [
     "decode_key",
     "driver_key",
     "eval_key",
+    "function_key",
     "info_key",
     "parse",
     "primary_key",
@@ -138,3 +140,14 @@ def parse(key: object) -> ParsedKey | None:
         return None
     kind, token, rnd = m.groups()
     return ParsedKey(kind, token, None if index is None else int(index), int(rnd or 1))
+
+
+def function_key(func: Any) -> str:
+    """The name a function's calibration is kept under: module and qualified name (of the
+    wrapped function, for a ``functools.partial``), and the line of a lambda."""
+    inner = getattr(func, "func", func)
+    name = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+    code = getattr(inner, "__code__", None)
+    if "<lambda>" in name and code is not None:  # every lambda of a module has one name
+        name += f"@{code.co_firstlineno}"
+    return f"{getattr(inner, '__module__', None) or ''}.{name}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from .. import config
 from ..codes.base import refuse_rounded_integers
 from . import _dist, keys
 from .graph import TaskSpec
+from .hedge import Prior, tell
 from .placement import choose_workers
 from .worker import encode_eval_task
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from .speculative import Speculation
 
 __all__ = [
+    "BackupPlan",
     "ClientBlocks",
     "CodedLaunch",
     "Launch",
@@ -78,6 +81,9 @@ class Launch:
 
     def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
         """The job ended with these stragglers still running ``func`` (held till they end)."""
+
+    def finished(self, job: CodedJob) -> None:
+        """The job ended (its report complete but for the clean-up round trip's figures)."""
 
 
 class CodedLaunch(Launch):
@@ -313,6 +319,33 @@ class SharedLaunch(Launch):
             self.data._held.setdefault(job.workers[i], []).append((job._start, fut))
 
 
+@dataclass
+class BackupPlan:
+    """What :func:`plan_backups` decided at one check.
+
+    Attributes
+    ----------
+    losers : list of int
+        Pending copies of blocks another copy already gave (to cancel).
+    blocks : list of int
+        Blocks to copy now: those with no copy running (it failed), then the late ones,
+        the latest first, as many as the budget allows.
+    late : int
+        How many of ``blocks`` are late (charged to the budget), not failed.
+    threshold, expected : float or None
+        The rule's threshold and the expected task it rests on (seconds; None: not armed).
+    source : str
+        Where ``expected`` came from: ``"job"``, ``"prior"`` or ``"none"``.
+    """
+
+    losers: list[int]
+    blocks: list[int]
+    late: int
+    threshold: float | None
+    expected: float | None
+    source: str
+
+
 def plan_backups(
     K: int,
     rule: Speculation,
@@ -321,41 +354,76 @@ def plan_backups(
     launched_at: dict[int, float],
     arrival: dict[int, float],
     now: float,
-) -> tuple[list[int], list[int]]:
-    """The speculative rule: ``(losers, blocks)``.
+    prior: float | None = None,
+    hedged: int = 0,
+) -> BackupPlan:
+    """The backup rule of hedged and speculative jobs, a pure function.
 
-    Task ``i`` computes block ``i % K`` (``K + j`` is the backup of block j). Losers are
-    pending copies of blocks another copy already gave; ``blocks`` are those to back up
-    now: not covered, not backed up yet, and either with no copy running (it failed) or
-    running longer than the rule's threshold.
+    Task ``i`` computes block ``i % K`` (``K + j`` is the first backup of block j, ``2K + j``
+    its second). A block not given yet gets a copy when none of its copies is running (they
+    failed), or when its newest running copy has run longer than ``rule``'s threshold
+    (:meth:`~.speculative.Speculation.threshold`, from the finished tasks' run times and
+    ``prior``), while it has fewer than ``rule.copies`` copies. Late blocks are charged to
+    the rule's budget (``hedged``: late backups launched so far), the latest first.
     """
     covered = {i % K for i in usable}
     losers = [i for i in pending if i % K in covered]
-    threshold = rule.threshold(K, [arrival[i] - launched_at[i] for i in usable])
-    blocks = []
+    durations = [arrival[i] - launched_at[i] for i in usable if i in launched_at]
+    threshold = rule.threshold(K, durations, prior)
+    expected, source = rule.expected(K, durations, prior)
+    copies: dict[int, list[int]] = {}
+    for i in launched_at:
+        copies.setdefault(i % K, []).append(i)
+    running = set(pending)
+    failed: list[int] = []
+    late: list[tuple[float, int]] = []
     for j in range(K):
-        if j in covered or K + j in launched_at:
-            continue  # done, or already backed up (one backup per block)
-        running = j in pending
-        if not running or (threshold is not None and now - launched_at[j] > threshold):
-            blocks.append(j)
-    return losers, blocks
+        mine = copies.get(j, [])
+        if j in covered or len(mine) >= rule.copies:
+            continue  # done, or as many copies as the rule allows
+        alive = [launched_at[i] for i in mine if i in running]
+        if not alive:
+            failed.append(j)
+        elif threshold is not None and now - max(alive) > threshold:
+            late.append((now - max(alive), j))
+    late.sort(reverse=True)
+    budget = rule.budget_tasks(K)
+    if budget is not None:
+        late = late[: max(budget - hedged, 0)]
+    return BackupPlan(losers, failed + [j for _, j in late], len(late), threshold, expected, source)
 
 
 class SpeculativeLaunch(Launch):
-    """K uncoded tasks; a backup copy (task ``K + j``) of block j once :func:`plan_backups`
-    says so, on a worker running no copy of the job's tasks."""
+    """K uncoded tasks; a backup copy of block j (task ``c * K + j``, its copy ``c``) once
+    :func:`plan_backups` says so, on an idle worker: one running no copy of the job's
+    tasks, least busy first, never one the straggler model holds slow while another is
+    free (hedged jobs: :class:`~.hedge.Prior`)."""
 
-    def __init__(self, rule: Speculation):
+    def __init__(self, rule: Speculation, func_key: str | None = None):
         self.rule = rule
         self.interval = rule.interval
+        self.func_key = func_key
         self.launched_at: dict[int, float] = {}
+        self.hedged = 0  # backups of late tasks launched (charged to the budget)
+        self.prior: Prior | None = None
         self._call: CallArg | None = None
         self._shares: list[Any] | None = None  # small in-memory input: the blocks
 
     async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
         self._call = call
         K = job.code.K
+        if self.rule.hedges and self.func_key is not None:
+            self.prior = Prior(job.client, self.func_key, list(job.workers.values()))
+        job.report.hedge = {
+            "rule": self.rule.rule,
+            "threshold": None,
+            "expected": None,
+            "source": "none",
+            "budget": self.rule.budget_tasks(K),
+            "launched": 0,
+            "won": 0,
+            "cancelled": 0,
+        }
         if inline(job):
             self._shares = local_arrays(job.blocks)
         elif job.blocks.local:  # each block to its first copy's worker
@@ -375,7 +443,7 @@ class SpeculativeLaunch(Launch):
         return 0 if shares is None else int(np.asarray(shares[i % job.code.K]).nbytes)
 
     def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
-        """Copy ``i`` of block ``i % K`` (``i >= K``: a backup)."""
+        """Copy ``i // K`` of block ``i % K`` (``i >= K``: a backup)."""
         assert self._call is not None  # initial() ran first
         K = job.code.K
         if self._shares is not None:
@@ -390,19 +458,37 @@ class SpeculativeLaunch(Launch):
 
     async def tick(self, job: CodedJob) -> None:
         d, K = job.decider, job.code.K
-        losers, blocks = plan_backups(
-            K, self.rule, d.usable, list(d.pending), self.launched_at, d.arrival, job._elapsed()
+        prior = None
+        if self.prior is not None:
+            self.prior.poll()
+            prior = self.prior.seconds
+        plan = plan_backups(
+            K,
+            self.rule,
+            d.usable,
+            list(d.pending),
+            self.launched_at,
+            d.arrival,
+            job._elapsed(),
+            prior,
+            self.hedged,
         )
-        if losers:  # the other copy won: stop this one
-            for i in losers:
+        hedge = job.report.hedge
+        assert hedge is not None  # initial() ran first
+        hedge.update(threshold=plan.threshold, expected=plan.expected, source=plan.source)
+        if plan.losers:  # another copy won: stop this one
+            for i in plan.losers:
                 d.withdraw(i)
-            job.report.cancelled += len(losers)
-            futures = [job._evals[i] for i in losers]
+            job.report.cancelled += len(plan.losers)
+            futures = [job._evals[i] for i in plan.losers]
             await _dist.cancel(job.client, futures, reason="bacc: other copy won")
-        if blocks:
-            await self._back_up(job, blocks)
+        if plan.blocks:
+            late = set(plan.blocks[len(plan.blocks) - plan.late :]) if plan.late else set()
+            self.hedged += await self._back_up(job, plan.blocks, late)
 
-    async def _back_up(self, job: CodedJob, blocks: list[int]) -> None:
+    async def _back_up(self, job: CodedJob, blocks: list[int], late: set[int]) -> int:
+        """Launch a copy of each of ``blocks`` on a free worker; returns how many of the
+        ``late`` ones got one."""
         K, rep, call = job.code.K, job.report, self._call
         assert call is not None  # initial() ran first
         info = await _dist.identity(job.client)
@@ -412,20 +498,48 @@ class SpeculativeLaunch(Launch):
             for a, w in info.get("workers", {}).items()
             if a not in busy and w.get("status", "running") == "running"
         }
+        slow = self.prior.slow if self.prior is not None else set()
+        if len(free) > len(slow & set(free)):  # a slow worker only when no other is free
+            free = {a: w for a, w in free.items() if a not in slow}
         if not free:
-            return  # every worker runs a copy; try again at the next tick
+            return 0  # every worker runs a copy; try again at the next check
         ordered = choose_workers(free, len(free))  # least busy first, hosts interleaved
         specs = []
+        charged = 0
         for j in blocks:
-            # not where this block's first copy ran (it may have failed or be stuck there)
-            addr = next((a for a in ordered if a != job.workers[j]), None)
+            mine = [i for i in self.launched_at if i % K == j]
+            # not where a copy of this block ran (it may have failed or be stuck there)
+            addr = next((a for a in ordered if a not in {job.workers[i] for i in mine}), None)
             if addr is None:
                 continue
             ordered.remove(addr)
-            i = K + j
+            i = len(mine) * K + j
             job.workers[i] = addr
             rep.backups.append(i)
             rep.N += 1
             self.launched_at[i] = job._elapsed()
             specs.append(self.respec(job, i, 1))
+            charged += j in late
+        if rep.hedge is not None:
+            rep.hedge["launched"] = len(rep.backups)
         job._launch_graph(specs)
+        return charged
+
+    def finished(self, job: CodedJob) -> None:
+        """Settle the backups' outcomes in the report and tell the scheduler the run times
+        of the finished tasks (the prior of the function's next jobs)."""
+        rep, K = job.report, job.code.K
+        hedge = rep.hedge
+        if hedge is None:
+            return
+        won = sum(i >= K for i in rep.returned)
+        failed = sum(i >= K for i in rep.failed)
+        hedge.update(won=won, cancelled=max(len(rep.backups) - won - failed, 0))
+        if self.prior is not None:
+            self.prior.close()
+            d = job.decider
+            seconds = [
+                d.arrival[i] - self.launched_at[i] for i in d.usable if i in self.launched_at
+            ]
+            if self.func_key is not None:
+                tell(job.client, self.func_key, seconds, hedge)

@@ -43,6 +43,7 @@ from ..collections.layer import Layer
 from ..exceptions import InsufficientResults
 from . import _dist, keys
 from .handle import JobHandle, describe
+from .hedge import Prior, tell
 from .placement import choose_workers, place_copies, release_restrictions
 from .report import JobReport
 from .savings import cpu_split, plain_ready
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["EXACT_LAYER_CODES", "RedundantJob", "Repetition", "policy_for"]
 
 #: the codes that run as copies of the layer's own tasks
-EXACT_LAYER_CODES = ("repetition", "speculative")
+EXACT_LAYER_CODES = ("hedged", "repetition", "speculative")
 
 
 @dataclass(frozen=True)
@@ -65,25 +66,26 @@ class Repetition:
     """Two copies of every task at once (the backups at a lower priority), and a further
     copy of a task whose copies all run late by ``rule``."""
 
-    rule: Speculation = field(default_factory=Speculation.spark)
+    rule: Speculation = field(default_factory=lambda: Speculation.spark(copies=3))
     #: Dask priority of the backups (the primaries have 0: a worker runs those first)
     priority: int = -1
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Repetition:
         """The re-run rule from ``code_options`` over ``bacc.speculative``."""
-        return cls(rule=Speculation.from_options(options))
+        return cls(rule=Speculation.from_options({"copies": 3, **options}))
 
 
 Policy = Repetition | Speculation
 
 
 def policy_for(code: str, options: Mapping[str, Any] | None = None) -> Policy:
-    """The policy of an exact layer code (``"repetition"`` or ``"speculative"``);
-    ``options``: the rule for late copies (``rule``, ``multiplier``, ``quantile`` ...)."""
+    """The policy of an exact layer code (``"hedged"``, ``"repetition"`` or
+    ``"speculative"``); ``options``: the rule for late copies (``rule``, ``multiplier``,
+    ``quantile`` ...)."""
     options = dict(options or {})
-    if code == "speculative":
-        return Speculation.from_options(options)
+    if code in ("hedged", "speculative"):
+        return Speculation.from_options(options, code)
     if code == "repetition":
         return Repetition.from_options(options)
     raise ValueError(f"not an exact layer code: {code!r}; use one of {EXACT_LAYER_CODES}")
@@ -138,7 +140,14 @@ class RedundantJob(JobHandle):
         self.workers = choose_workers(
             pool, len(pool), spread_hosts=bool(config.get("spread-hosts"))
         )
-        name = "repetition" if isinstance(policy, Repetition) else "speculative"
+        if isinstance(policy, Repetition):
+            name = "repetition"
+        else:
+            name = "hedged" if policy.hedges else "speculative"
+        #: backups of late copies launched (charged to the rule's budget; not
+        #: repetition's copies launched at once)
+        self.hedged = 0
+        self.prior: Prior | None = None  # hedging: what earlier jobs of the function took
         self.report = JobReport(
             token=self.token,
             func=layer.name,
@@ -149,6 +158,17 @@ class RedundantJob(JobHandle):
             workers=[""] * K,
             plain_shares=list(range(K)),  # the primaries: what plain Dask runs
         )
+        if not isinstance(policy, Repetition):
+            self.report.hedge = {
+                "rule": policy.rule,
+                "threshold": None,
+                "expected": None,
+                "source": "none",
+                "budget": policy.budget_tasks(K),
+                "launched": 0,
+                "won": 0,
+                "cancelled": 0,
+            }
         self._start = time.perf_counter()
         self._copies: dict[int, dict[int, Future[Any]]] = {b: {} for b in range(K)}
         self._index_of: dict[Key, tuple[int, int]] = {}  # future key -> (block, copy)
@@ -183,6 +203,8 @@ class RedundantJob(JobHandle):
     # -- submission ---------------------------------------------------------------------
     async def _submit(self) -> None:
         layer, K = self.layer, self.K
+        if self.rule.hedges:
+            self.prior = Prior(self.client, self.func_key, self.workers)
         block_set = set(layer.blocks)
         inputs = {b: layer.dependencies(key) - block_set for b, key in enumerate(layer.blocks)}
         needed = sorted({d for deps in inputs.values() for d in deps}, key=str)
@@ -349,6 +371,7 @@ class RedundantJob(JobHandle):
                 await _dist.cancel(self.client, losers, reason="bacc: the other copy won")
         self.report.time_to_decode = self._elapsed()
         self._fill_savings()
+        self._settle_backups()
         self.report.trigger = "wait"
         self.report.error_estimate = 0.0
         self.report.estimate_method = "exact"
@@ -388,6 +411,29 @@ class RedundantJob(JobHandle):
                 cpu[b + c * K] = end - start
         rep.uncoded_tasks = [b + winners.get(b, 0) * K for b in range(K)]
         rep.total_cpu, rep.redundant_cpu = cpu_split(cpu, K, rep.N, rep.uncoded_tasks)
+
+    @property
+    def func_key(self) -> str:
+        """The name the hedging rule's prior is kept under: the layer's function."""
+        from dask.utils import key_split
+
+        return f"layer:{key_split(self.layer.name)}"
+
+    def _settle_backups(self) -> None:
+        """The backups' outcomes into ``report.hedge``; the winners' run times and those
+        outcomes to the scheduler (the prior of the function's next jobs)."""
+        rep, K = self.report, self.K
+        hedge = rep.hedge
+        if hedge is None:
+            return
+        won = sum(i >= K for i in rep.returned)
+        failed = sum(i >= K for i in rep.failed)
+        hedge.update(
+            launched=len(rep.backups), won=won, cancelled=max(len(rep.backups) - won - failed, 0)
+        )
+        if self.prior is not None:
+            self.prior.close()
+            tell(self.client, self.func_key, list(self._durations), hedge)
 
     async def _arrived(self, fut: Future[Any]) -> list[Future[Any]]:
         """Take one finished copy; return the other copies to cancel."""
@@ -472,8 +518,16 @@ class RedundantJob(JobHandle):
         all held to workers that left (:meth:`_stranded`)."""
         live = await self._live()
         late = self._stranded(live)
-        threshold = self.rule.threshold(self.K, self._durations)
+        prior = None
+        if self.prior is not None:
+            self.prior.poll()
+            prior = self.prior.seconds
+        threshold = self.rule.threshold(self.K, self._durations, prior)
+        if self.report.hedge is not None:
+            expected, source = self.rule.expected(self.K, self._durations, prior)
+            self.report.hedge.update(threshold=threshold, expected=expected, source=source)
         now = self._elapsed()
+        overdue: list[tuple[float, int]] = []  # (how late, block)
         # the tail: no more blocks left than workers, so each should be running. A primary
         # that has not started a threshold later is queued behind a late task on its
         # worker (work stealing did not move it): late too
@@ -485,13 +539,23 @@ class RedundantJob(JobHandle):
                 break
             if b in self._winner or b in late or len(self._on[b]) >= len(self.workers):
                 continue
+            if len(self._copies[b]) >= self.rule.copies:
+                continue
             since = self._since.get(b)
             if since is None:  # no copy started: queued
                 if self._tail_since is not None and now - self._tail_since > threshold:
-                    late.append(b)
+                    overdue.append((now - self._tail_since, b))
             elif now - since > threshold:
-                late.append(b)
+                overdue.append((now - since, b))
+        overdue.sort(reverse=True)  # the latest first, as far as the budget goes
+        budget = None if isinstance(self.policy, Repetition) else self.rule.budget_tasks(self.K)
+        if budget is not None:
+            overdue = overdue[: max(budget - self.hedged, 0)]
+        late += [b for _, b in overdue]
         workers = [w for w in self.workers if live is None or w in live]
+        slow = self.prior.slow if self.prior is not None else set()
+        if len(workers) > len(slow & set(workers)) + 1:  # none the model holds slow
+            workers = [w for w in workers if w not in slow]
         if not late or not workers:
             return
         _, chosen = place_copies(
@@ -514,11 +578,13 @@ class RedundantJob(JobHandle):
         graph = _graph({}, {}, {}, nodes, where_to, 1, loose=not self._fenced)
         futures = _dist.get(self.client, graph, list(nodes))
         assert self._ac is not None
+        charged = {b for _, b in overdue}
         for ck, fut in zip(nodes, futures, strict=True):
             b, c, q = planned[ck]
             self._launched(b, c, q, fut)
             self._since[b] = now
             self._ac.add(fut)
+            self.hedged += b in charged
 
     def _timed_out(self) -> Exception:
         missing = self.K - len(self._winner)

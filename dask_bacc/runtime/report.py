@@ -45,7 +45,18 @@ class JobReport:
         Eval tasks cancelled while still running or queued (stragglers after decoding; with
         the speculative strategy also the losing copy of a block).
     backups : list of int
-        Speculative strategy: backup copies launched (coded index ``K + j`` copies block j).
+        Hedged and speculative strategies: backup copies launched (coded index
+        ``c * K + j`` is copy ``c`` of block j).
+    hedge : dict or None
+        Hedged and speculative jobs (every entry point): what the backup rule did.
+        ``rule`` (``"hedge"``, ``"spark"``, ``"cubed"``); ``threshold``, the run time
+        after which a task was backed up at the last check, and ``expected``, the
+        expected task it rests on (seconds; None: the rule never armed); ``source``,
+        where ``expected`` came from (``"job"``: the median of the job's finished tasks,
+        ``"prior"``: the function's earlier jobs on this cluster, ``"none"``);
+        ``budget``, the backups of late tasks the job could launch (None: no limit);
+        ``launched``, ``won`` (a backup gave its block) and ``cancelled`` (the losing
+        backups). The extra thread-seconds are ``redundant_cpu``. None for other codes.
     resent : int
         In-memory input: blocks sent from the client again because the worker holding one
         left or stopped answering (the tasks reading them were launched again).
@@ -179,6 +190,7 @@ class JobReport:
     failed: dict[int, str] = field(default_factory=dict)
     cancelled: int = 0
     backups: list[int] = field(default_factory=list)
+    hedge: dict[str, Any] | None = None
     resent: int = 0
     rerouted: dict[int, str] = field(default_factory=dict)
     arrival: dict[int, float] = field(default_factory=dict)

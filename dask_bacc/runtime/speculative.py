@@ -1,10 +1,23 @@
-"""Speculative backup tasks: the classic alternative to coded computing (exact results).
+"""Backup copies of late tasks: hedged execution and speculative backups (exact results).
 
-K uncoded tasks run, one per worker. Once enough of them finished, a task still running
-after ``multiplier`` times the median duration of the finished ones (and at least
-``min_runtime``) gets one backup copy on another worker; the first copy to finish wins and
-the other is cancelled. A launch policy (:class:`~.launch.SpeculativeLaunch`, its rule
-:func:`~.launch.plan_backups`), decoded as copies: task ``K + j`` is the backup of block j.
+K uncoded tasks run, one per worker. A task still running after a threshold gets a backup
+copy on another worker; the first copy to finish wins and the others are cancelled. Two
+rules, one mechanism (:class:`Speculation`):
+
+* ``code="hedged"`` (:meth:`Speculation.hedge`): a task is backed up once it ran
+  ``multiplier`` times longer than this function's expected task, known from the job's
+  finished tasks or, before enough of them finished, from the function's earlier jobs on
+  this cluster (the scheduler plugin keeps them: :func:`task_prior`). No "most tasks done"
+  gate, so the first tasks of a job are hedged too; a backup that runs late itself gets
+  another copy, within a budget of extra task-seconds per job. As "The Tail at Scale"
+  hedges a request once it runs past its expected latency.
+* ``code="speculative"`` (:meth:`Speculation.spark`, :meth:`Speculation.cubed`): Spark's
+  and cubed's rule, armed only once most tasks finished; one backup per task.
+
+A launch policy (:class:`~.launch.SpeculativeLaunch`, its rule :func:`~.launch.plan_backups`)
+for ``map_coded``, decoded as copies (task ``K + j`` is the first backup of block j, ``2K + j``
+its second); the layer jobs of ``coded()`` / ``coding()`` follow the same rule
+(:class:`~.redundant.RedundantJob`).
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ from ..codes import RepetitionCode
 from ..codes.transform import Transform
 from ..collections import Blocks
 from .job import CodedJob
+from .keys import function_key
 from .launch import SpeculativeLaunch
 from .placement import choose_workers
 from .wait import FirstK
@@ -27,12 +41,24 @@ from .wait import FirstK
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["Speculation", "speculative_job"]
+__all__ = ["BACKUP_CODES", "Speculation", "backup_code", "speculative_job"]
 
 
-_PRESETS: dict[str, dict[str, float]] = {
+#: the codes that run K tasks plus backup copies of late ones, and their default rule
+BACKUP_CODES = {"hedged": "hedge", "speculative": "spark"}
+
+_PRESETS: dict[str, dict[str, Any]] = {
     "spark": {"multiplier": 3.0, "quantile": 0.9, "min_runtime": 0.1, "min_tasks": 1},
     "cubed": {"multiplier": 3.0, "quantile": 0.5, "min_runtime": 0.0, "min_tasks": 10},
+    # quantile 0: no gate; the other values come from bacc.hedge (from_options)
+    "hedge": {
+        "multiplier": 1.5,
+        "quantile": 0.0,
+        "min_runtime": 0.05,
+        "copies": 3,
+        "budget": 0.25,
+        "known": 4,
+    },
 }
 
 
@@ -40,18 +66,32 @@ _PRESETS: dict[str, dict[str, float]] = {
 class Speculation:
     """When to launch a backup copy of a running task.
 
-    A task that has run longer than ``max(multiplier * median, min_runtime)`` gets a backup
-    once at least ``max(floor(quantile * K), 1)`` tasks finished, if there are at least
-    ``min_tasks`` tasks (``median``: durations of the finished tasks).
+    A task that has run longer than ``max(multiplier * expected, min_runtime)`` gets a
+    backup (:meth:`threshold`), if there are at least ``min_tasks`` tasks. With
+    ``quantile > 0`` the rule is armed only once ``max(floor(quantile * K), 1)`` tasks
+    finished and ``expected`` is their median (Spark, cubed); with ``quantile == 0``
+    (hedging) it is armed from the start: ``expected`` is the median of the job's finished
+    tasks once ``known`` of them finished, before that the function's expected task from
+    earlier jobs (``prior``), else the median of what finished.
 
     Attributes
     ----------
     multiplier, quantile, min_runtime, min_tasks :
-        The rule. :meth:`spark` (the default) is Spark 4's ``spark.speculation.*``
-        defaults: 3, 0.9, 0.1 s, 1. :meth:`cubed` is cubed's rule: 3x the median, at least
-        half the tasks done, at least 10 tasks.
+        The rule. :meth:`spark` is Spark 4's ``spark.speculation.*`` defaults: 3, 0.9,
+        0.1 s, 1. :meth:`cubed` is cubed's rule: 3x the median, at least half the tasks
+        done, at least 10 tasks. :meth:`hedge` (``code="hedged"``): ``bacc.hedge.*``,
+        1.5x the expected task, no gate, at least 50 ms.
     interval : float
         Seconds between checks (``spark.speculation.interval``: 100 ms).
+    copies : int
+        Most copies of one task, the first included (2: one backup).
+    budget : float or None
+        Extra task-seconds a job may spend on backups of late tasks, as a fraction of its
+        expected task-seconds (``K * expected``; at least one task's worth); a backup is
+        charged one expected task when it starts. None: no limit. Copies of failed tasks
+        are not charged (they replace a task, they do not hedge one).
+    known : int
+        Finished tasks of the job after which their median replaces the prior.
     """
 
     multiplier: float = 3.0
@@ -60,22 +100,37 @@ class Speculation:
     min_tasks: int = 1
     interval: float = 0.1
     rule: str = "spark"
+    copies: int = 2
+    budget: float | None = None
+    known: int = 1
 
     def __post_init__(self) -> None:
         if not self.multiplier >= 1:
             raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
-        if not 0 < self.quantile <= 1:
-            raise ValueError(f"quantile must lie in (0, 1], got {self.quantile}")
+        if not 0 <= self.quantile <= 1:
+            raise ValueError(f"quantile must lie in [0, 1], got {self.quantile}")
         if not self.min_runtime >= 0:
             raise ValueError(f"min_runtime must be >= 0, got {self.min_runtime}")
         if not self.interval > 0:
             raise ValueError(f"interval must be positive, got {self.interval}")
+        if self.copies < 2:
+            raise ValueError(f"copies must be >= 2 (a task and a backup), got {self.copies}")
+        if self.budget is not None and not self.budget >= 0:
+            raise ValueError(f"budget must be >= 0, got {self.budget}")
+        if self.known < 1:
+            raise ValueError(f"known must be >= 1, got {self.known}")
+
+    @property
+    def hedges(self) -> bool:
+        """Armed from the start (no "most tasks done" gate): the hedging rule."""
+        return self.quantile == 0
 
     @classmethod
     def preset(cls, rule: str, **overrides: Any) -> Speculation:
-        """The named rule (``"spark"`` or ``"cubed"``), with some values overridden."""
+        """The named rule (``"hedge"``, ``"spark"`` or ``"cubed"``), with some values
+        overridden."""
         if rule not in _PRESETS:
-            raise ValueError(f"speculative rule must be 'spark' or 'cubed', got {rule!r}")
+            raise ValueError(f"the backup rule must be 'hedge', 'spark' or 'cubed', got {rule!r}")
         return cls(**{**_PRESETS[rule], "rule": rule, **overrides})
 
     @classmethod
@@ -84,45 +139,97 @@ class Speculation:
         return cls.preset("spark", **overrides)
 
     @classmethod
+    def hedge(cls, **overrides: Any) -> Speculation:
+        """Hedging (``code="hedged"``) with the built-in values (:meth:`from_options`
+        reads ``bacc.hedge``)."""
+        return cls.preset("hedge", **overrides)
+
+    @classmethod
     def cubed(cls, **overrides: Any) -> Speculation:
         """cubed's rule: 3x the median, at least half of the tasks done, at least 10 tasks."""
         return cls.preset("cubed", **overrides)
 
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> Speculation:
-        """The rule from ``code_options`` over ``bacc.speculative`` in the configuration."""
+    def from_options(cls, options: dict[str, Any], code: str = "speculative") -> Speculation:
+        """The rule of ``code`` (``"hedged"`` or ``"speculative"``) from ``code_options``
+        over its configuration (``bacc.hedge`` or ``bacc.speculative``)."""
         from dask.utils import parse_timedelta
 
-        known = {"rule", "multiplier", "quantile", "min_runtime", "min_tasks", "interval"}
+        known = {
+            "rule", "multiplier", "quantile", "min_runtime", "min_tasks", "interval",
+            "copies", "budget", "known",
+        }  # fmt: skip
         unknown = set(options) - known
         if unknown:
-            raise TypeError(f"unknown speculative option(s) {sorted(unknown)}; use {sorted(known)}")
-        rule = options.get("rule", config.get("speculative.rule"))
+            raise TypeError(f"unknown {code} option(s) {sorted(unknown)}; use {sorted(known)}")
+        hedged = code == "hedged"
+        conf = {
+            k.replace("-", "_"): v
+            for k, v in config.get("hedge" if hedged else "speculative").items()
+        }
+        # bacc.speculative's null values leave the chosen rule's own; bacc.hedge is whole
+        values = {k: v for k, v in conf.items() if hedged or v is not None}
+        values.update(options)
+        rule = values.pop("rule", "hedge" if hedged else "spark")
         overrides: dict[str, Any] = {}
-        for key, conf_key in (
-            ("multiplier", "speculative.multiplier"),
-            ("quantile", "speculative.quantile"),
-            ("min_runtime", "speculative.min-runtime"),
-        ):
-            value = options.get(key, config.get(conf_key))
-            if value is not None:
-                overrides[key] = (
-                    float(parse_timedelta(value)) if key == "min_runtime" else float(value)
-                )
-        if "min_tasks" in options:
-            overrides["min_tasks"] = int(options["min_tasks"])
-        overrides["interval"] = float(
-            parse_timedelta(options.get("interval", config.get("speculative.interval")))
-        )
+        for key, value in values.items():
+            if value is None:
+                overrides[key] = None  # budget: no limit
+            elif key in ("min_runtime", "interval"):
+                overrides[key] = float(parse_timedelta(value))
+            elif key in ("min_tasks", "copies", "known"):
+                overrides[key] = int(value)
+            else:
+                overrides[key] = float(value)
         return cls.preset(rule, **overrides)
 
-    def threshold(self, n_tasks: int, durations: list[float]) -> float | None:
-        """Runtime after which a task is backed up, or None while the rule is not armed."""
-        if n_tasks < self.min_tasks or not durations:
+    def expected(
+        self, n_tasks: int, durations: list[float], prior: float | None = None
+    ) -> tuple[float | None, str]:
+        """The expected task of the job, in seconds, and where it came from: ``"job"``
+        (the median of its finished tasks), ``"prior"`` (the function's earlier jobs,
+        before ``known`` tasks of this one finished) or ``"none"``."""
+        if durations and (len(durations) >= min(self.known, n_tasks) or not prior):
+            return float(statistics.median(durations)), "job"
+        if prior:
+            return float(prior), "prior"
+        return None, "none"
+
+    def threshold(
+        self, n_tasks: int, durations: list[float], prior: float | None = None
+    ) -> float | None:
+        """Runtime after which a task is backed up, or None while the rule is not armed.
+
+        ``durations``: the run times of the job's finished tasks; ``prior``: the function's
+        expected task from earlier jobs (seconds; used by the hedging rule only)."""
+        if n_tasks < self.min_tasks:
             return None
-        if len(durations) < max(math.floor(self.quantile * n_tasks), 1):
+        if not self.hedges:
+            if not durations or len(durations) < max(math.floor(self.quantile * n_tasks), 1):
+                return None
+            return max(self.multiplier * statistics.median(durations), self.min_runtime)
+        expected, _ = self.expected(n_tasks, durations, prior)
+        if expected is None:
             return None
-        return max(self.multiplier * statistics.median(durations), self.min_runtime)
+        return max(self.multiplier * expected, self.min_runtime)
+
+    def budget_tasks(self, n_tasks: int) -> int | None:
+        """Backups of late tasks a job of ``n_tasks`` may launch (None: no limit):
+        ``budget * n_tasks`` expected tasks' worth, at least one (each is charged one)."""
+        if self.budget is None:
+            return None
+        if self.budget == 0:
+            return 0
+        return max(math.floor(self.budget * n_tasks + 1e-9), 1)
+
+
+def backup_code(code: object) -> str | None:
+    """``"hedged"`` or ``"speculative"`` when ``code`` names a code of backup copies."""
+    if isinstance(code, str):
+        name = code.lower()
+        if name in BACKUP_CODES:
+            return name
+    return None
 
 
 def speculative_job(
@@ -137,16 +244,16 @@ def speculative_job(
     workers: list[str],
     transform: Transform | None = None,
 ) -> CodedJob:
-    """A job of K uncoded tasks with speculative backup copies (``code="speculative"``).
+    """A job of K uncoded tasks with backup copies (``code="hedged"`` or ``"speculative"``).
 
-    Its decoder is a repetition code over the copies (task ``K + j`` is the backup of block
-    j, the first copy of a block to land gives it); the backups are launched by
+    Its decoder is a repetition code over the copies (task ``c * K + j`` is copy ``c`` of
+    block j, the first copy of a block to land gives it); the backups are launched by
     :class:`~.launch.SpeculativeLaunch` only when its rule fires.
     """
     K = blocks.K
     job = CodedJob(
         client,
-        RepetitionCode(K, 2 * K),
+        RepetitionCode(K, speculation.copies * K),
         blocks,
         func,
         args,
@@ -155,10 +262,11 @@ def speculative_job(
         timeout,
         combine,
         workers,
-        launch=SpeculativeLaunch(speculation),
+        launch=SpeculativeLaunch(speculation, function_key(func)),
         transform=transform,
     )
-    job.report.code = {"name": "speculative", "K": K, **asdict(speculation)}
+    name = "hedged" if speculation.hedges else "speculative"
+    job.report.code = {"name": name, "K": K, **asdict(speculation)}
     job.report.N = K
     return job
 

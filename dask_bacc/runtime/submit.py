@@ -35,10 +35,17 @@ from .auto import (
 )
 from .handle import sync_guarded
 from .job import CodedJob
+from .keys import function_key
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
 from .redundant import EXACT_LAYER_CODES, RedundantJob, policy_for
-from .speculative import Speculation, speculative_job, speculative_placement
+from .speculative import (
+    BACKUP_CODES,
+    Speculation,
+    backup_code,
+    speculative_job,
+    speculative_placement,
+)
 from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
 
 if TYPE_CHECKING:
@@ -80,7 +87,7 @@ def _check_common(
     if not isinstance(code, (str, Code)):
         raise TypeError(f"code must be a code name or a Code instance, got {type(code).__name__}")
     if isinstance(code, str):
-        known = [*registered_codes(), *ALIASES, "speculative", AUTO]
+        known = [*registered_codes(), *ALIASES, *BACKUP_CODES, AUTO]
         if code.lower().replace("_", "-") not in known:
             raise unknown_code(code, known)
     if is_auto(n_coded):
@@ -184,8 +191,10 @@ def _adapt(
     blocks: int | None,
     labels: dict[str, Any],
 ) -> Blocks:
-    """``adapt`` with the defaults of a coded job: K up to ``workers / redundancy``."""
-    redundancy = float(config.get("redundancy"))
+    """``adapt`` with the defaults of a coded job: K up to ``workers / redundancy``; for
+    the codes of backup copies (hedged, speculative), which run one task per worker and
+    back up only late ones, K up to ``workers``."""
+    redundancy = 1.0 if backup_code(code) else float(config.get("redundancy"))
     if isinstance(code, Code) and n_blocks is None and blocks is None and is_numpy(data):
         n_blocks = code.K  # a Code instance fixes K
     return adapt(
@@ -226,17 +235,6 @@ def _wants_auto(code: object, n_coded: object, wait: object) -> bool:
 def _auto_spelling(value: Any) -> Any:
     """``"Auto"``, ``"AUTO"``... as ``"auto"``; anything else as it is."""
     return AUTO if is_auto(value) else value
-
-
-def function_key(func: Any) -> str:
-    """The name a function's calibration is kept under: module and qualified name (of the
-    wrapped function, for a ``functools.partial``), and the line of a lambda."""
-    inner = getattr(func, "func", func)
-    name = getattr(inner, "__qualname__", None) or type(inner).__qualname__
-    code = getattr(inner, "__code__", None)
-    if "<lambda>" in name and code is not None:  # every lambda of a module has one name
-        name += f"@{code.co_firstlineno}"
-    return f"{getattr(inner, '__module__', None) or ''}.{name}"
 
 
 def check_error_budget(error: object, auto: bool) -> float | None:
@@ -495,16 +493,16 @@ async def _submit(
         data_blocks = adapt(data, **labels)
     else:
         data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
-    speculative = isinstance(code, str) and code.lower() == "speculative"
-    if speculative:
+    backups = backup_code(code)
+    if backups is not None:
         if adversaries:
-            raise ValueError("adversaries= is implemented for the Berrut codes, not speculative")
+            raise ValueError(f"adversaries= is implemented for the Berrut codes, not {backups}")
         if n_coded is not None or wait is not None:
             raise ValueError(
-                "code='speculative' runs K tasks plus backups and waits for every block: "
+                f"code={backups!r} runs K tasks plus backups and waits for every block: "
                 "n_coded and wait do not apply"
             )
-        rule = Speculation.from_options(code_options)
+        rule = Speculation.from_options(code_options, backups)
         job: CodedJob = speculative_job(
             client,
             data_blocks,
@@ -545,7 +543,7 @@ async def _submit(
         if adversaries:  # before anything is submitted: N and wait must allow locating them
             policy = robust_policy(coder, policy, wait is not None, adversaries)
         placement = _place(workers, coder, avoid)
-    if not speculative:
+    if backups is None:
         job = CodedJob(
             client,
             coder,

@@ -1,0 +1,117 @@
+"""What the hedging rule knows before a job's own tasks finish, kept on the scheduler.
+
+A hedged job (``code="hedged"``, :meth:`~.speculative.Speculation.hedge`) backs a task up
+once it has run ``multiplier`` times its function's expected task. Until ``known`` of the
+job's own tasks finished, that expectation is the median run time of the function's recent
+tasks on this cluster, and backups avoid the workers the straggler model holds slow. Both
+live in the scheduler plugin (:class:`~dask_bacc.diagnostics.plugin.BaccDiagnostics`:
+``task_times``, ``model``); a job asks for them when it starts, in the background (the
+first check that finds the answer uses it), and tells its tasks' run times and its
+backups' outcomes when it ends, without waiting for the reply. Without the plugin
+(``bacc.diagnostics.enabled: false``) a job hedges from its own tasks only.
+
+Both kinds of job use it: :class:`~.launch.SpeculativeLaunch` (``map_coded``) and
+:class:`~.redundant.RedundantJob` (``coded()``, ``coding()``, dask DataFrames).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import diagnostics
+from . import _dist
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from distributed.scheduler import Scheduler
+
+__all__ = ["Prior", "learn", "task_prior"]
+
+#: a worker whose probability of a late task is above this gets no backup
+SLOW = 0.5
+
+
+def task_prior(
+    func: str, workers: Sequence[str], dask_scheduler: Scheduler | None = None
+) -> dict[str, Any] | None:
+    """On the scheduler: ``{"seconds": median run time of func's recent tasks or None,
+    "slow": the workers of ``workers`` the straggler model holds slow}``; None without
+    the diagnostics plugin."""
+    assert dask_scheduler is not None
+    plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
+    if plugin is None:
+        return None
+    model = getattr(plugin, "model", None)
+    slow = []
+    if model is not None:
+        for w in workers:
+            ws = dask_scheduler.workers.get(w)
+            p = model.predict(w, ws.host if ws is not None else None)
+            if p.n_eff > 0 and p.p_late > SLOW:
+                slow.append(w)
+    return {"seconds": plugin.task_times.expected(func), "slow": slow}
+
+
+def learn(
+    func: str,
+    seconds: list[float],
+    hedge: dict[str, Any],
+    dask_scheduler: Scheduler | None = None,
+) -> None:
+    """On the scheduler: a finished job's task run times and backup outcomes."""
+    assert dask_scheduler is not None
+    plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
+    if plugin is not None:
+        plugin.learn_backups(func, seconds, hedge)
+
+
+#: learn() calls on their way (a strong reference until each ends)
+_sending: set[asyncio.Future[Any]] = set()
+
+
+class Prior:
+    """The scheduler's answer to :func:`task_prior`, asked for on creation (on the client's
+    loop) and read when it has come: ``seconds`` (None: nothing known yet) and ``slow``."""
+
+    def __init__(self, client: Client, func: str, workers: Sequence[str]):
+        self.func = func
+        self.seconds: float | None = None
+        self.slow: set[str] = set()
+        self._asked: asyncio.Future[Any] | None = asyncio.ensure_future(
+            _dist.run_on_scheduler(client, task_prior, func, list(workers))
+        )
+        self._asked.add_done_callback(_retrieve)
+
+    def poll(self) -> None:
+        """Take the answer if it has come (never waits)."""
+        asked = self._asked
+        if asked is None or not asked.done():
+            return
+        self._asked = None
+        if asked.cancelled() or asked.exception() is not None:
+            return
+        answer = asked.result()
+        if answer:
+            self.seconds = answer.get("seconds")
+            self.slow = set(answer.get("slow") or ())
+
+    def close(self) -> None:
+        if self._asked is not None:
+            self._asked.cancel()
+            self._asked = None
+
+
+def tell(client: Client, func: str, seconds: list[float], hedge: dict[str, Any]) -> None:
+    """Send a finished job's run times and backup outcomes to the scheduler (no reply
+    waited for; a cluster that is going loses them)."""
+    sent = asyncio.ensure_future(_dist.run_on_scheduler(client, learn, func, seconds, hedge))
+    _sending.add(sent)
+    sent.add_done_callback(_sending.discard)
+    sent.add_done_callback(_retrieve)
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # a scheduler that is gone is no news
