@@ -16,7 +16,7 @@ A policy builds :class:`~.graph.TaskSpec` objects through the job
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "Launch",
     "SharedLaunch",
     "SpeculativeLaunch",
+    "backup_workers",
     "mixes_exactly",
     "plan_backups",
 ]
@@ -393,6 +394,22 @@ def plan_backups(
     return BackupPlan(losers, failed + [j for _, j in late], len(late), threshold, expected, source)
 
 
+def backup_workers(
+    workers: Mapping[str, Mapping[str, Any]], busy: Collection[str], slow: Collection[str]
+) -> list[str]:
+    """Where backups may go, best first: running workers that run no copy of the job's
+    tasks (``busy``), least busy first and hosts interleaved, and none the straggler model
+    holds ``slow`` while another is free (a late copy there beats none)."""
+    free = {
+        a: w
+        for a, w in workers.items()
+        if a not in busy and w.get("status", "running") == "running"
+    }
+    if any(a not in slow for a in free):
+        free = {a: w for a, w in free.items() if a not in slow}
+    return choose_workers(free, len(free)) if free else []
+
+
 class SpeculativeLaunch(Launch):
     """K uncoded tasks; a backup copy of block j (task ``c * K + j``, its copy ``c``) once
     :func:`plan_backups` says so, on an idle worker: one running no copy of the job's
@@ -475,7 +492,8 @@ class SpeculativeLaunch(Launch):
         )
         hedge = job.report.hedge
         assert hedge is not None  # initial() ran first
-        hedge.update(threshold=plan.threshold, expected=plan.expected, source=plan.source)
+        if plan.blocks or not job.report.backups:  # the rule the last backup went by
+            hedge.update(threshold=plan.threshold, expected=plan.expected, source=plan.source)
         if plan.losers:  # another copy won: stop this one
             for i in plan.losers:
                 d.withdraw(i)
@@ -493,17 +511,10 @@ class SpeculativeLaunch(Launch):
         assert call is not None  # initial() ran first
         info = await _dist.identity(job.client)
         busy = {job.workers[i] for i in job.decider.pending}
-        free = {
-            a: w
-            for a, w in info.get("workers", {}).items()
-            if a not in busy and w.get("status", "running") == "running"
-        }
         slow = self.prior.slow if self.prior is not None else set()
-        if len(free) > len(slow & set(free)):  # a slow worker only when no other is free
-            free = {a: w for a, w in free.items() if a not in slow}
-        if not free:
+        ordered = backup_workers(info.get("workers", {}), busy, slow)
+        if not ordered:
             return 0  # every worker runs a copy; try again at the next check
-        ordered = choose_workers(free, len(free))  # least busy first, hosts interleaved
         specs = []
         charged = 0
         for j in blocks:

@@ -431,6 +431,14 @@ class RedundantJob(JobHandle):
         hedge.update(
             launched=len(rep.backups), won=won, cancelled=max(len(rep.backups) - won - failed, 0)
         )
+        if not rep.backups:  # the rule as it stood at the end
+            prior = self.prior.seconds if self.prior is not None else None
+            expected, source = self.rule.expected(K, self._durations, prior)
+            hedge.update(
+                threshold=self.rule.threshold(K, self._durations, prior),
+                expected=expected,
+                source=source,
+            )
         if self.prior is not None:
             self.prior.close()
             tell(self.client, self.func_key, list(self._durations), hedge)
@@ -523,9 +531,7 @@ class RedundantJob(JobHandle):
             self.prior.poll()
             prior = self.prior.seconds
         threshold = self.rule.threshold(self.K, self._durations, prior)
-        if self.report.hedge is not None:
-            expected, source = self.rule.expected(self.K, self._durations, prior)
-            self.report.hedge.update(threshold=threshold, expected=expected, source=source)
+        rule_used = (threshold, *self.rule.expected(self.K, self._durations, prior))
         now = self._elapsed()
         overdue: list[tuple[float, int]] = []  # (how late, block)
         # the tail: no more blocks left than workers, so each should be running. A primary
@@ -579,6 +585,9 @@ class RedundantJob(JobHandle):
         futures = _dist.get(self.client, graph, list(nodes))
         assert self._ac is not None
         charged = {b for _, b in overdue}
+        hedge = self.report.hedge
+        if hedge is not None:  # the rule the last backup went by
+            hedge.update(zip(("threshold", "expected", "source"), rule_used, strict=True))
         for ck, fut in zip(nodes, futures, strict=True):
             b, c, q = planned[ck]
             self._launched(b, c, q, fut)

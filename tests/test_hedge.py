@@ -1,0 +1,327 @@
+"""Hedged execution (``code="hedged"``): a backup once a task runs past what is known of
+its function, on an idle worker, within a budget; on every entry point.
+
+The rule is a pure function (:func:`~dask_bacc.runtime.launch.plan_backups`), tested over
+finish orders with Hypothesis; the cluster tests hold tasks with ``distributed.Event``
+gates, never with wall-clock assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import cloudpickle
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from cluster_helpers import checked_local_cluster, gen_cluster
+from distributed import Client, Event, get_worker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dask_bacc
+from dask_bacc.diagnostics.latency import TaskTimes
+from dask_bacc.runtime.launch import backup_workers, plan_backups
+from dask_bacc.runtime.speculative import Speculation
+from dask_bacc.testing import assert_exact, gate_stragglers
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SIX = [("127.0.0.1", 1)] * 6
+HEDGE = Speculation.hedge()
+
+
+# -- the rule, pure ---------------------------------------------------------------------
+def test_the_hedging_rule_is_armed_from_the_start():
+    h = Speculation.hedge(multiplier=2.0, min_runtime=0.0, known=3)
+    assert h.hedges and not Speculation.spark().hedges
+    # nothing known: not armed; a prior arms it before any task finished
+    assert h.threshold(16, []) is None
+    assert h.threshold(16, [], prior=0.2) == pytest.approx(0.4)
+    assert h.expected(16, [], 0.2) == (0.2, "prior")
+    # fewer than `known` finished: still the prior; then the job's own median
+    assert h.threshold(16, [0.1, 0.1], prior=0.2) == pytest.approx(0.4)
+    assert h.expected(16, [0.1, 0.1, 0.1], 0.2) == (0.1, "job")
+    # no prior: what finished, from the first task on (no "90% done" gate)
+    assert h.threshold(16, [0.1]) == pytest.approx(0.2)
+    # a job smaller than `known` uses its own tasks once all of them that can finished
+    assert h.expected(2, [0.3, 0.5], 9.0) == (0.4, "job")
+    assert Speculation.hedge(min_runtime=1.0).threshold(16, [0.1]) == 1.0
+
+
+def test_spark_keeps_its_gate_and_ignores_the_prior():
+    spark = Speculation.spark()
+    assert spark.threshold(10, [1.0] * 8, prior=0.1) is None
+    assert spark.threshold(10, [1.0] * 9, prior=0.1) == 3.0
+
+
+def test_budget_and_options():
+    assert Speculation.hedge(budget=0.25).budget_tasks(16) == 4
+    assert Speculation.hedge(budget=0.25).budget_tasks(2) == 1  # at least one task
+    assert Speculation.hedge(budget=0).budget_tasks(16) == 0
+    assert Speculation.hedge(budget=None).budget_tasks(16) is None
+    rule = Speculation.from_options({}, "hedged")
+    assert rule.rule == "hedge" and rule.hedges and rule.copies == 3
+    assert rule.multiplier == 1.5 and rule.budget == 0.25 and rule.known == 4
+    assert rule.min_runtime == 0.05 and rule.interval == 0.05
+    with dask.config.set({"bacc.hedge.multiplier": 3, "bacc.hedge.budget": None}):
+        rule = Speculation.from_options({"copies": 2}, "hedged")
+    assert (rule.multiplier, rule.budget, rule.copies) == (3.0, None, 2)
+    assert Speculation.from_options({}) == Speculation.spark()  # speculative: unchanged
+    with pytest.raises(TypeError, match="unknown hedged option"):
+        Speculation.from_options({"multipler": 2}, "hedged")
+    with pytest.raises(ValueError, match="copies"):
+        Speculation.hedge(copies=1)
+    with pytest.raises(ValueError, match="budget"):
+        Speculation.hedge(budget=-1)
+
+
+def test_task_times_keep_the_recent_median_per_function():
+    t = TaskTimes(samples=3, max_functions=2)
+    assert t.expected("f") is None
+    t.observe("f", [1.0, 2.0, 3.0, float("nan"), -1.0])
+    assert t.expected("f") == 2.0
+    t.observe("f", [10.0, 10.0])  # the newest three: 3, 10, 10
+    assert t.expected("f") == 10.0
+    t.observe("g", [1.0])
+    t.observe("h", [1.0])  # f is the least recently seen: dropped
+    assert t.expected("f") is None and set(t.snapshot()) == {"g", "h"}
+
+
+@st.composite
+def job_states(draw):
+    """A job of K blocks mid-run: copies launched, some finished in some order."""
+    K = draw(st.integers(1, 8))
+    launched_at: dict[int, float] = {}
+    for j in range(K):
+        launched_at[j] = 0.0
+        for c in range(1, draw(st.integers(1, 3))):
+            launched_at[c * K + j] = draw(st.floats(0.0, 5.0))
+    arrival: dict[int, float] = {}
+    failed: set[int] = set()
+    for i, t0 in launched_at.items():
+        fate = draw(st.sampled_from(["running", "finished", "failed"]))
+        if fate == "finished":
+            arrival[i] = t0 + draw(st.floats(0.001, 5.0))
+        elif fate == "failed":
+            failed.add(i)
+    now = max([6.0, *arrival.values()])
+    order = draw(st.permutations(sorted(arrival)))  # the order the results came in
+    pending = [i for i in launched_at if i not in arrival and i not in failed]
+    prior = draw(st.none() | st.floats(0.01, 3.0))
+    hedged = draw(st.integers(0, 3))
+    return K, launched_at, arrival, list(order), pending, now, prior, hedged
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=job_states(), rule=st.sampled_from([HEDGE, Speculation.spark()]))
+def test_plan_backups_properties(state, rule):
+    K, launched_at, arrival, usable, pending, now, prior, hedged = state
+    plan = plan_backups(K, rule, usable, pending, launched_at, arrival, now, prior, hedged)
+    covered = {i % K for i in usable}
+    # the losers are exactly the copies still running of blocks already given
+    assert sorted(plan.losers) == sorted(i for i in pending if i % K in covered)
+    copies = {j: [i for i in launched_at if i % K == j] for j in range(K)}
+    assert len(set(plan.blocks)) == len(plan.blocks)
+    for j in plan.blocks:
+        assert j not in covered  # never a copy of a block given
+        assert len(copies[j]) < rule.copies  # never past the copies allowed
+        running = [launched_at[i] for i in copies[j] if i in pending]
+        if running:  # late: its newest copy ran past the threshold
+            assert plan.threshold is not None and now - max(running) > plan.threshold
+    # failed blocks first, then late ones, the latest first; the late ones within budget
+    late = plan.blocks[len(plan.blocks) - plan.late :]
+    assert all(any(i in pending for i in copies[j]) for j in late)
+    budget = rule.budget_tasks(K)
+    if budget is not None:
+        assert plan.late <= max(budget - hedged, 0)
+    # the finish order does not matter
+    again = plan_backups(
+        K, rule, usable[::-1], pending[::-1], launched_at, arrival, now, prior, hedged
+    )
+    assert sorted(again.blocks) == sorted(plan.blocks) and again.late == plan.late
+    assert again.threshold == plan.threshold
+
+
+def test_late_blocks_are_backed_up_latest_first_within_the_budget():
+    K = 8
+    launched_at = {j: 0.0 for j in range(K)}
+    arrival = {j: 0.1 for j in range(4)}  # four finished in 0.1 s: expected 0.1
+    rule = Speculation.hedge(multiplier=2.0, min_runtime=0.0, budget=0.25)  # 2 backups
+    launched_at[7] = 0.5  # started later: the least late
+    plan = plan_backups(K, rule, [0, 1, 2, 3], [4, 5, 6, 7], launched_at, arrival, 1.0)
+    assert plan.threshold == pytest.approx(0.2) and plan.source == "job"
+    assert plan.late == 2 and len(plan.blocks) == 2 and 7 not in plan.blocks
+    # one backup already charged: one more
+    plan = plan_backups(K, rule, [0, 1, 2, 3], [4, 5, 6, 7], launched_at, arrival, 1.0, None, 1)
+    assert plan.late == 1
+    # a backup that runs late itself gets a third copy (2K + j), not a fourth
+    launched_at[K + 4] = 0.3
+    plan = plan_backups(K, Speculation.hedge(budget=None, min_runtime=0.0), [0, 1, 2, 3],
+                        [4, 5, 6, 7, K + 4], launched_at, arrival, 1.0)  # fmt: skip
+    assert 4 in plan.blocks
+    launched_at[2 * K + 4] = 0.6
+    plan = plan_backups(K, Speculation.hedge(budget=None, min_runtime=0.0), [0, 1, 2, 3],
+                        [4, 5, 6, 7, K + 4, 2 * K + 4], launched_at, arrival, 1.0)  # fmt: skip
+    assert 4 not in plan.blocks
+
+
+def test_backup_workers_idle_first_and_never_slow_while_another_is_free():
+    workers = {
+        "a": {"status": "running", "metrics": {"executing": 0}},
+        "b": {"status": "running", "metrics": {"executing": 0}},
+        "c": {"status": "running", "metrics": {"executing": 0}},
+        "d": {"status": "paused", "metrics": {"executing": 0}},
+    }
+    # a runs a copy of the job (busy), b is slow: c only
+    assert backup_workers(workers, busy={"a"}, slow={"b"}) == ["c"]
+    # every free worker slow: they are still used (a late copy beats none)
+    assert backup_workers(workers, busy={"a", "c"}, slow={"b"}) == ["b"]
+    assert backup_workers(workers, busy={"a", "b", "c"}, slow=set()) == []
+
+
+# -- map_coded ------------------------------------------------------------------------
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_first_job_of_a_fresh_cluster_hedges_a_held_task(c, s, *workers):
+    """The very first job: nothing known of f but what its own tasks took; the held task
+    is backed up on a worker running none of the job's copies (an idle one), and the job
+    ends."""
+    X = np.random.default_rng(1).uniform(0, 1, (8, 2))
+    gate = await gate_stragglers(indices=[0], interruptible=False, client=c)
+    try:
+        job = await dask_bacc.submit_coded(np.tanh, X, code="hedged", n_blocks=4, client=c)
+        out = await job
+    finally:
+        await gate.release()
+    rep = job.report
+    assert_exact(out, np.tanh, X, rtol=0, atol=0)
+    assert rep.code["name"] == "hedged" and rep.backups == [4]
+    assert rep.workers[4] != rep.workers[0]
+    assert 4 in rep.returned and 0 in rep.straggled
+    h = rep.hedge
+    assert h["source"] == "job" and h["threshold"] is not None
+    assert (h["launched"], h["won"], h["cancelled"]) == (1, 1, 0)
+    assert h["budget"] == 1
+    await gate.clear()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_the_prior_hedges_a_job_before_any_of_its_tasks_finished(c, s, *workers):
+    """K = 1: the job has no finished task to learn from; a first job of f taught the
+    scheduler what f takes, so the held task is still backed up."""
+    X = np.random.default_rng(2).uniform(0, 1, (4, 2))
+    first = await dask_bacc.submit_coded(np.tanh, X, code="hedged", n_blocks=4, client=c)
+    await first
+    plugin = s.plugins[dask_bacc.diagnostics.PLUGIN_NAME]
+    while not plugin.task_times.snapshot():  # its run times arrive without a reply
+        await asyncio.sleep(0.01)
+    assert plugin.backups_total["launched"] == 0
+    gate = await gate_stragglers(indices=[0], interruptible=False, client=c)
+    try:
+        job = await dask_bacc.submit_coded(np.tanh, X, code="hedged", n_blocks=1, client=c)
+        out = await job
+    finally:
+        await gate.release()
+    np.testing.assert_array_equal(out, np.tanh(X))
+    assert job.report.hedge["source"] == "prior"
+    assert job.report.backups == [1] and 1 in job.report.returned
+    while plugin.backups_total["won"] < 1:
+        await asyncio.sleep(0.01)
+    stats = plugin.stats()
+    assert stats["totals"]["backups"]["launched"] == 1
+    assert any(row["hedge"] for row in stats["jobs"])
+    await gate.clear()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_a_late_backup_gets_another_copy_within_the_budget(c, s, *workers):
+    X = np.random.default_rng(3).uniform(0, 1, (8, 2))
+    # block 0's first copy and its first backup (task 4) are both held: a third copy (8)
+    gate = await gate_stragglers(indices=[0, 4], interruptible=False, client=c)
+    try:
+        job = await dask_bacc.submit_coded(
+            np.tanh, X, code="hedged", n_blocks=4, client=c, code_options={"budget": 0.5}
+        )
+        out = await job
+    finally:
+        await gate.release()
+    rep = job.report
+    np.testing.assert_array_equal(out, np.tanh(X))
+    assert rep.backups == [4, 8] and 8 in rep.returned
+    assert len({rep.workers[0], rep.workers[4], rep.workers[8]}) == 3
+    assert rep.hedge["launched"] == 2 and rep.hedge["won"] == 1
+    await gate.clear()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_the_budget_bounds_the_backups(c, s, *workers):
+    """Two held tasks, a budget of one backup: one is hedged, the other waits for its gate."""
+    X = np.random.default_rng(4).uniform(0, 1, (8, 2))
+    gate = await gate_stragglers(indices=[0, 1, 4, 5], interruptible=False, client=c)
+    job = await dask_bacc.submit_coded(
+        np.tanh, X, code="hedged", n_blocks=4, client=c, code_options={"budget": 0.25}
+    )
+    while len(job.report.backups) < 1:
+        await asyncio.sleep(0.01)
+    for _ in range(20):  # twenty more checks of the rule: no second backup
+        await asyncio.sleep(job.launch.rule.interval)
+    assert len(job.report.backups) == 1 and not job.done()
+    await gate.release()
+    out = await job
+    np.testing.assert_array_equal(out, np.tanh(X))
+    assert job.report.hedge["budget"] == 1
+    await gate.clear()
+
+
+# -- coded() and coding(): the layer jobs --------------------------------------------------
+def held_primary(b, block_id=None):
+    """Block 0's primary waits for the Event "bacc-test-hedge-gate"; its copies run."""
+    key = get_worker().get_current_task()
+    name = key[0] if isinstance(key, tuple) else key
+    if block_id == (0,) and not str(name).startswith("bacc-copy-"):
+        Event("bacc-test-hedge-gate").wait()
+    return b * 2
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        checked_local_cluster(n_workers=4, threads_per_worker=2) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["coded", "coding"])
+@pytest.mark.parametrize("n_chunks", [4, 24], ids=["one-wave", "waves"])
+def test_layer_entry_points_hedge_a_held_task(client, entry, n_chunks):
+    """coded() and coding() with code="hedged" on 4 workers: 4 tasks in one wave, or 24 in
+    waves; block 0's primary is held and a backup gives the block."""
+    ev = Event("bacc-test-hedge-gate", client=client)
+    ev.clear()
+    y = da.arange(3 * n_chunks, chunks=3).map_blocks(held_primary, dtype="int64")
+    try:
+        if entry == "coded":
+            z = dask_bacc.coded(y, code="hedged").sum()
+            got = z.compute(timeout=60)
+            rep = dask_bacc.report_of(z)
+        else:
+            with dask_bacc.coding(code="hedged", only=held_primary) as block:
+                got = y.sum().compute(timeout=60)
+            (rep,) = block.reports
+        assert got == 2 * int(np.arange(3 * n_chunks).sum())
+        assert not ev.is_set()  # block 0's primary is still held
+    finally:
+        ev.set()
+    assert rep.code["name"] == "hedged" and rep.K == n_chunks
+    assert 0 in rep.backups  # (a layer job reports the block of each backup)
+    assert 0 in rep.straggled and 0 not in rep.returned
+    h = rep.hedge
+    assert h["launched"] >= 1 and h["won"] >= 1 and h["threshold"] is not None
