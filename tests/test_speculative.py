@@ -39,7 +39,7 @@ def test_rules():
     assert cubed.threshold(10, [1.0] * 4) is None  # not half done
     assert cubed.threshold(10, [1.0, 2.0, 3.0, 4.0, 5.0]) == 9.0
     with pytest.raises(ValueError, match="quantile"):
-        Speculation(quantile=0)
+        Speculation(quantile=-0.1)
 
 
 def test_rule_from_options_and_config():

@@ -62,6 +62,26 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: the settings of each code's rule (bacc.yaml), read by :meth:`Speculation.from_options`
+_SETTINGS = {
+    "hedged": (
+        "hedge.multiplier",
+        "hedge.min-runtime",
+        "hedge.known",
+        "hedge.budget",
+        "hedge.copies",
+        "hedge.interval",
+    ),
+    "speculative": (
+        "speculative.rule",
+        "speculative.multiplier",
+        "speculative.quantile",
+        "speculative.min-runtime",
+        "speculative.interval",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Speculation:
     """When to launch a backup copy of a running task.
@@ -164,8 +184,8 @@ class Speculation:
             raise TypeError(f"unknown {code} option(s) {sorted(unknown)}; use {sorted(known)}")
         hedged = code == "hedged"
         conf = {
-            k.replace("-", "_"): v
-            for k, v in config.get("hedge" if hedged else "speculative").items()
+            key.split(".", 1)[1].replace("-", "_"): config.get(key)
+            for key in _SETTINGS["hedged" if hedged else "speculative"]
         }
         # bacc.speculative's null values leave the chosen rule's own; bacc.hedge is whole
         values = {k: v for k, v in conf.items() if hedged or v is not None}
