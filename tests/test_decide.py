@@ -342,14 +342,19 @@ def test_plan_backups_is_the_speculative_rule():
     launched = dict.fromkeys(range(K), 0.0)
     arrival = {1: 1.0, 2: 1.0, 3: 1.0}
     # three of four done in 1 s: block 0 is backed up once it has run more than 3 s
-    assert plan_backups(K, rule, [1, 2, 3], [0], launched, arrival, 2.9) == ([], [])
-    assert plan_backups(K, rule, [1, 2, 3], [0], launched, arrival, 3.1) == ([], [0])
+
+    def plan(*args):
+        p = plan_backups(K, rule, *args)
+        return p.losers, p.blocks
+
+    assert plan([1, 2, 3], [0], launched, arrival, 2.9) == ([], [])
+    assert plan([1, 2, 3], [0], launched, arrival, 3.1) == ([], [0])
     # too few finished to arm the rule, but a failed block (no copy running) at once
-    assert plan_backups(K, rule, [1], [0, 2], launched, {1: 1.0}, 10.0) == ([], [3])
+    assert plan([1], [0, 2], launched, {1: 1.0}, 10.0) == ([], [3])
     # backed up already: not again; the first copy to land makes the other a loser
     launched[K + 0] = 3.1
     arrival[K + 0] = 3.5
-    assert plan_backups(K, rule, [1, 2, 3, K + 0], [0], launched, arrival, 4.0) == ([0], [])
+    assert plan([1, 2, 3, K + 0], [0], launched, arrival, 4.0) == ([0], [])
 
 
 def test_the_old_name_of_error_target_still_works_with_a_warning():
