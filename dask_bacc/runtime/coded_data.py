@@ -40,6 +40,7 @@ from .auto import AUTO, AUTO_CODES, NoSetting, expected_latency
 from .graph import TaskSpec, submit_graph
 from .handle import sync_guarded
 from .job import CodedJob
+from .keys import function_key
 from .launch import SharedLaunch, check_encoded, mixes_exactly
 from .placement import choose_workers
 from .speculative import backup_code
@@ -51,7 +52,6 @@ from .submit import (
     _live_workers,
     auto_view,
     check_error_budget,
-    function_key,
     learn_calibration,
     plan_job,
     safe_code,

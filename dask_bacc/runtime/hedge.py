@@ -40,7 +40,7 @@ def task_prior(
     "slow": the workers of ``workers`` the straggler model holds slow}``; None without
     the diagnostics plugin."""
     assert dask_scheduler is not None
-    plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
+    plugin: Any = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)  # BaccDiagnostics
     if plugin is None:
         return None
     model = getattr(plugin, "model", None)
@@ -62,7 +62,7 @@ def learn(
 ) -> None:
     """On the scheduler: a finished job's task run times and backup outcomes."""
     assert dask_scheduler is not None
-    plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
+    plugin: Any = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)  # BaccDiagnostics
     if plugin is not None:
         plugin.learn_backups(func, seconds, hedge)
 
