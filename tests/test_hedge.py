@@ -325,3 +325,27 @@ def test_layer_entry_points_hedge_a_held_task(client, entry, n_chunks):
     assert 0 in rep.straggled and 0 not in rep.returned
     h = rep.hedge
     assert h["launched"] >= 1 and h["won"] >= 1 and h["threshold"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_the_equal_resources_benchmark_runs(tmp_path):
+    """A smoke run of benchmarks/equal_resources.py (4 worker processes, 2 rounds, tiny
+    tasks): every strategy's answer equals plain Dask's, and the figures are written."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "eq.json"
+    subprocess.run(
+        [sys.executable, str(root / "benchmarks/equal_resources.py"), "--workers", "4",
+         "--rows", "64", "--task", "0.01", "--rounds", "2", "--cells", "stragglers",
+         "--out", str(out)],
+        check=True, cwd=root, timeout=170, capture_output=True,
+    )  # fmt: skip
+    cell = json.loads(out.read_text())["cells"]["stragglers"]
+    assert set(cell) == {"plain", "hedged", "speculative", "repetition", "default"}
+    assert all(r["max_error"] == 0 for r in cell.values())  # exact strategies: identical
+    assert cell["plain"]["p50"] == 1.0 and all(len(r["times"]) == 2 for r in cell.values())

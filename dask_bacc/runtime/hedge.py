@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from distributed import Client
     from distributed.scheduler import Scheduler
 
-__all__ = ["Prior", "learn", "task_prior"]
+    from .report import JobReport
+
+__all__ = ["Prior", "learn", "new_record", "settle", "task_prior", "tell"]
 
 #: a worker whose probability of a late task is above this gets no backup
 SLOW = 0.5
@@ -65,6 +67,32 @@ def learn(
     plugin: Any = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)  # BaccDiagnostics
     if plugin is not None:
         plugin.learn_backups(func, seconds, hedge)
+
+
+def new_record(rule: str, budget: int | None) -> dict[str, Any]:
+    """A job's ``report.hedge`` before any check: the rule's name and budget."""
+    return {
+        "rule": rule,
+        "threshold": None,
+        "expected": None,
+        "source": "none",
+        "budget": budget,
+        "launched": 0,
+        "won": 0,
+        "cancelled": 0,
+    }
+
+
+def settle(report: JobReport) -> None:
+    """The backups' outcomes into ``report.hedge`` at the job's end: those launched,
+    those that gave their block (a returned task ``>= K``) and the others, cancelled
+    (failed ones aside)."""
+    hedge, K = report.hedge, report.K
+    assert hedge is not None
+    won = sum(i >= K for i in report.returned)
+    failed = sum(i >= K for i in report.failed)
+    launched = len(report.backups)
+    hedge.update(launched=launched, won=won, cancelled=max(launched - won - failed, 0))
 
 
 #: learn() calls on their way (a strong reference until each ends)

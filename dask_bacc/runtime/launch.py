@@ -27,7 +27,7 @@ from .. import config
 from ..codes.base import refuse_rounded_integers
 from . import _dist, keys
 from .graph import TaskSpec
-from .hedge import Prior, tell
+from .hedge import Prior, new_record, settle, tell
 from .placement import choose_workers
 from .worker import encode_eval_task
 
@@ -431,16 +431,7 @@ class SpeculativeLaunch(Launch):
         K = job.code.K
         if self.rule.hedges and self.func_key is not None:
             self.prior = Prior(job.client, self.func_key, list(job.workers.values()))
-        job.report.hedge = {
-            "rule": self.rule.rule,
-            "threshold": None,
-            "expected": None,
-            "source": "none",
-            "budget": self.rule.budget_tasks(K),
-            "launched": 0,
-            "won": 0,
-            "cancelled": 0,
-        }
+        job.report.hedge = new_record(self.rule.rule, self.rule.budget_tasks(K))
         if inline(job):
             self._shares = local_arrays(job.blocks)
         elif job.blocks.local:  # each block to its first copy's worker
@@ -539,13 +530,10 @@ class SpeculativeLaunch(Launch):
     def finished(self, job: CodedJob) -> None:
         """Settle the backups' outcomes in the report and tell the scheduler the run times
         of the finished tasks (the prior of the function's next jobs)."""
-        rep, K = job.report, job.code.K
-        hedge = rep.hedge
+        hedge = job.report.hedge
         if hedge is None:
             return
-        won = sum(i >= K for i in rep.returned)
-        failed = sum(i >= K for i in rep.failed)
-        hedge.update(won=won, cancelled=max(len(rep.backups) - won - failed, 0))
+        settle(job.report)
         if self.prior is not None:
             self.prior.close()
             d = job.decider

@@ -43,7 +43,7 @@ from ..collections.layer import Layer
 from ..exceptions import InsufficientResults
 from . import _dist, keys
 from .handle import JobHandle, describe
-from .hedge import Prior, tell
+from .hedge import Prior, new_record, settle, tell
 from .placement import choose_workers, place_copies, release_restrictions
 from .report import JobReport
 from .savings import cpu_split, plain_ready
@@ -159,16 +159,7 @@ class RedundantJob(JobHandle):
             plain_shares=list(range(K)),  # the primaries: what plain Dask runs
         )
         if not isinstance(policy, Repetition):
-            self.report.hedge = {
-                "rule": policy.rule,
-                "threshold": None,
-                "expected": None,
-                "source": "none",
-                "budget": policy.budget_tasks(K),
-                "launched": 0,
-                "won": 0,
-                "cancelled": 0,
-            }
+            self.report.hedge = new_record(policy.rule, policy.budget_tasks(K))
         self._start = time.perf_counter()
         self._copies: dict[int, dict[int, Future[Any]]] = {b: {} for b in range(K)}
         self._index_of: dict[Key, tuple[int, int]] = {}  # future key -> (block, copy)
@@ -426,11 +417,7 @@ class RedundantJob(JobHandle):
         hedge = rep.hedge
         if hedge is None:
             return
-        won = sum(i >= K for i in rep.returned)
-        failed = sum(i >= K for i in rep.failed)
-        hedge.update(
-            launched=len(rep.backups), won=won, cancelled=max(len(rep.backups) - won - failed, 0)
-        )
+        settle(rep)
         if not rep.backups:  # the rule as it stood at the end
             prior = self.prior.seconds if self.prior is not None else None
             expected, source = self.rule.expected(K, self._durations, prior)
@@ -545,7 +532,9 @@ class RedundantJob(JobHandle):
                 break
             if b in self._winner or b in late or len(self._on[b]) >= len(self.workers):
                 continue
-            if len(self._copies[b]) >= self.rule.copies:
+            # copies that started count against the rule's limit; one queued on a worker
+            # that never starts it (frozen, or held by a task that never ends) does not
+            if sum((b, c) in self._started_at for c in self._copies[b]) >= self.rule.copies:
                 continue
             since = self._since.get(b)
             if since is None:  # no copy started: queued
