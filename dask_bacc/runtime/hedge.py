@@ -17,7 +17,6 @@ Both kinds of job use it: :class:`~.launch.SpeculativeLaunch` (``map_coded``) an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import diagnostics
@@ -35,12 +34,10 @@ __all__ = ["Prior", "learn", "new_record", "settle", "task_prior", "tell"]
 SLOW = 0.5
 
 
-def task_prior(
-    func: str, workers: Sequence[str], dask_scheduler: Scheduler | None = None
-) -> dict[str, Any] | None:
+def task_prior(func: str, dask_scheduler: Scheduler | None = None) -> dict[str, Any] | None:
     """On the scheduler: ``{"seconds": median run time of func's recent tasks or None,
-    "slow": the workers of ``workers`` the straggler model holds slow}``; None without
-    the diagnostics plugin."""
+    "slow": the workers the straggler model holds slow}`` (any worker may get a backup);
+    None without the diagnostics plugin."""
     assert dask_scheduler is not None
     plugin: Any = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)  # BaccDiagnostics
     if plugin is None:
@@ -48,9 +45,8 @@ def task_prior(
     model = getattr(plugin, "model", None)
     slow = []
     if model is not None:
-        for w in workers:
-            ws = dask_scheduler.workers.get(w)
-            p = model.predict(w, ws.host if ws is not None else None)
+        for w, ws in dask_scheduler.workers.items():
+            p = model.predict(w, ws.host)
             if p.n_eff > 0 and p.p_late > SLOW:
                 slow.append(w)
     return {"seconds": plugin.task_times.expected(func), "slow": slow}
@@ -103,12 +99,12 @@ class Prior:
     """The scheduler's answer to :func:`task_prior`, asked for on creation (on the client's
     loop) and read when it has come: ``seconds`` (None: nothing known yet) and ``slow``."""
 
-    def __init__(self, client: Client, func: str, workers: Sequence[str]):
+    def __init__(self, client: Client, func: str):
         self.func = func
         self.seconds: float | None = None
         self.slow: set[str] = set()
         self._asked: asyncio.Future[Any] | None = asyncio.ensure_future(
-            _dist.run_on_scheduler(client, task_prior, func, list(workers))
+            _dist.run_on_scheduler(client, task_prior, func)
         )
         self._asked.add_done_callback(_retrieve)
 

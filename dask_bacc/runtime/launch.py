@@ -422,6 +422,9 @@ class SpeculativeLaunch(Launch):
         self.func_key = func_key
         self.launched_at: dict[int, float] = {}
         self.hedged = 0  # backups of late tasks launched (charged to the budget)
+        #: workers still running a copy this job cancelled (a thread cannot be stopped:
+        #: a backup sent there would queue behind it)
+        self.stuck: set[str] = set()
         self.prior: Prior | None = None
         self._call: CallArg | None = None
         self._shares: list[Any] | None = None  # small in-memory input: the blocks
@@ -430,7 +433,7 @@ class SpeculativeLaunch(Launch):
         self._call = call
         K = job.code.K
         if self.rule.hedges and self.func_key is not None:
-            self.prior = Prior(job.client, self.func_key, list(job.workers.values()))
+            self.prior = Prior(job.client, self.func_key)
         job.report.hedge = new_record(self.rule.rule, self.rule.budget_tasks(K))
         if inline(job):
             self._shares = local_arrays(job.blocks)
@@ -490,6 +493,10 @@ class SpeculativeLaunch(Launch):
                 d.withdraw(i)
             job.report.cancelled += len(plan.losers)
             futures = [job._evals[i] for i in plan.losers]
+            running = [
+                i for i, f in zip(plan.losers, futures, strict=True) if f.status == "pending"
+            ]
+            self.stuck.update(job.workers[i] for i in running)
             await _dist.cancel(job.client, futures, reason="bacc: other copy won")
         if plan.blocks:
             late = set(plan.blocks[len(plan.blocks) - plan.late :]) if plan.late else set()
@@ -501,7 +508,7 @@ class SpeculativeLaunch(Launch):
         K, rep, call = job.code.K, job.report, self._call
         assert call is not None  # initial() ran first
         info = await _dist.identity(job.client)
-        busy = {job.workers[i] for i in job.decider.pending}
+        busy = {job.workers[i] for i in job.decider.pending} | self.stuck
         slow = self.prior.slow if self.prior is not None else set()
         ordered = backup_workers(info.get("workers", {}), busy, slow)
         if not ordered:

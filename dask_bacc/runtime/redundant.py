@@ -195,7 +195,7 @@ class RedundantJob(JobHandle):
     async def _submit(self) -> None:
         layer, K = self.layer, self.K
         if self.rule.hedges:
-            self.prior = Prior(self.client, self.func_key, self.workers)
+            self.prior = Prior(self.client, self.func_key)
         block_set = set(layer.blocks)
         inputs = {b: layer.dependencies(key) - block_set for b, key in enumerate(layer.blocks)}
         needed = sorted({d for deps in inputs.values() for d in deps}, key=str)
@@ -546,8 +546,12 @@ class RedundantJob(JobHandle):
         budget = None if isinstance(self.policy, Repetition) else self.rule.budget_tasks(self.K)
         if budget is not None:
             overdue = overdue[: max(budget - self.hedged, 0)]
-        late += [b for _, b in overdue]
         workers = [w for w in self.workers if live is None or w in live]
+        if self.rule.hedges:
+            # a hedge never displaces a primary: only as many as there are idle workers
+            # (none of the job's copies running or placed there); in waves, the tail
+            overdue = overdue[: sum(self._busy[w] <= 0 for w in workers)]
+        late += [b for _, b in overdue]
         slow = self.prior.slow if self.prior is not None else set()
         if len(workers) > len(slow & set(workers)) + 1:  # none the model holds slow
             workers = [w for w in workers if w not in slow]
