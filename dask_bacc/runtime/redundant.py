@@ -29,6 +29,7 @@ exception is raised as plain Dask would raise it.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections import Counter
@@ -174,6 +175,8 @@ class RedundantJob(JobHandle):
         self._busy: Counter[str] = Counter()  # copies of this job in flight, per worker
         self._durations: list[float] = []  # run times of the copies that won
         self._tail_since: float | None = None  # when no more blocks than workers were left
+        self._open = set(range(K))  # blocks with no winner yet
+        self._checked = -math.inf  # when the late-copy rule last looked
         self._ac: _dist.FutureQueue | None = None
         self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
 
@@ -441,6 +444,7 @@ class RedundantJob(JobHandle):
         if fut.status == "finished":
             now = self._elapsed()
             self._winner[b] = fut
+            self._open.discard(b)
             i = b + copy * self.K
             self.report.returned.append(i)
             self.report.arrival[i] = now
@@ -511,6 +515,9 @@ class RedundantJob(JobHandle):
         copy started longer than the threshold ago (every copy says when it starts), or,
         in the tail, none of its copies started; and at once, of a block whose copies are
         all held to workers that left (:meth:`_stranded`)."""
+        if self._elapsed() - self._checked < self.rule.interval:
+            return  # at most once an interval, not on every arrival: K may be thousands
+        self._checked = self._elapsed()
         live = await self._live()
         late = self._stranded(live)
         prior = None
@@ -527,10 +534,10 @@ class RedundantJob(JobHandle):
         tail = self.K - len(self._winner) <= len(self.workers)
         if tail and self._tail_since is None:
             self._tail_since = now
-        for b in range(self.K):
+        for b in self._open:
             if threshold is None:
                 break
-            if b in self._winner or b in late or len(self._on[b]) >= len(self.workers):
+            if b in late or len(self._on[b]) >= len(self.workers):
                 continue
             # copies that started count against the rule's limit; one queued on a worker
             # that never starts it (frozen, or held by a task that never ends) does not
