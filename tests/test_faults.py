@@ -375,7 +375,12 @@ def test_closing_the_client_mid_job_raises_one_error_on_every_path(path):
                 call = lambda: coded.map(held)  # noqa: E731
             else:
                 frame = pd.DataFrame(X, columns=["a", "b", "c"])
-                data = dd.from_pandas(frame, npartitions=3).map_partitions(held_frame)
+                # meta given: dask would call held_frame for it here, setting _started
+                # (and waiting for _go_on) before the job, so the client was closed before
+                # encode started instead of mid-job (60 s here, a hang under load in CI)
+                data = dd.from_pandas(frame, npartitions=3).map_partitions(
+                    held_frame, meta=frame.iloc[:0]
+                )
                 closing = _close_once_started(c)
                 call = lambda: dask_bacc.encode(data, client=c)  # noqa: E731
             with pytest.raises(dask_bacc.ClientClosedError, match="client was closed") as info:
