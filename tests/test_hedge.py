@@ -17,9 +17,10 @@ import dask.array as da
 import numpy as np
 import pytest
 from cluster_helpers import checked_local_cluster, gen_cluster
-from distributed import Client, Event, get_worker
+from distributed import Client, Event
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_coding import held_primary  # block 0's primary waits for its Event
 
 import dask_bacc
 from dask_bacc.diagnostics.latency import TaskTimes
@@ -280,15 +281,6 @@ async def test_the_budget_bounds_the_backups(c, s, *workers):
 
 
 # -- coded() and coding(): the layer jobs --------------------------------------------------
-def held_primary(b, block_id=None):
-    """Block 0's primary waits for the Event "bacc-test-hedge-gate"; its copies run."""
-    key = get_worker().get_current_task()
-    name = key[0] if isinstance(key, tuple) else key
-    if block_id == (0,) and not str(name).startswith("bacc-copy-"):
-        Event("bacc-test-hedge-gate").wait()
-    return b * 2
-
-
 @pytest.fixture(scope="module")
 def client():
     with (
@@ -304,7 +296,7 @@ def client():
 def test_layer_entry_points_hedge_a_held_task(client, entry, n_chunks):
     """coded() and coding() with code="hedged" on 4 workers: 4 tasks in one wave, or 24 in
     waves; block 0's primary is held and a backup gives the block."""
-    ev = Event("bacc-test-hedge-gate", client=client)
+    ev = Event("bacc-test-coding-gate", client=client)
     ev.clear()
     y = da.arange(3 * n_chunks, chunks=3).map_blocks(held_primary, dtype="int64")
     try:

@@ -36,10 +36,14 @@ from dask_bacc.runtime.placement import place_copies
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-CODES = ["repetition", "speculative"]
-#: the same, speculative in the full suite only (the quick subset keeps under a minute;
-#: every chunking family still runs there, under repetition)
-CODES_QUICK = ["repetition", pytest.param("speculative", marks=pytest.mark.slow)]
+CODES = ["repetition", "speculative", "hedged"]
+#: the same, speculative and hedged in the full suite only (the quick subset keeps under a
+#: minute; every chunking family still runs there, under repetition)
+CODES_QUICK = [
+    "repetition",
+    pytest.param("speculative", marks=pytest.mark.slow),
+    pytest.param("hedged", marks=pytest.mark.slow),
+]
 
 
 # -- mapped functions (module level: pickled by value) ------------------------------------

@@ -370,8 +370,7 @@ def plan_backups(
     covered = {i % K for i in usable}
     losers = [i for i in pending if i % K in covered]
     durations = [arrival[i] - launched_at[i] for i in usable if i in launched_at]
-    threshold = rule.threshold(K, durations, prior)
-    expected, source = rule.expected(K, durations, prior)
+    threshold, expected, source = rule.assess(K, durations, prior)
     copies: dict[int, list[int]] = {}
     for i in launched_at:
         copies.setdefault(i % K, []).append(i)

@@ -423,12 +423,8 @@ class RedundantJob(JobHandle):
         settle(rep)
         if not rep.backups:  # the rule as it stood at the end
             prior = self.prior.seconds if self.prior is not None else None
-            expected, source = self.rule.expected(K, self._durations, prior)
-            hedge.update(
-                threshold=self.rule.threshold(K, self._durations, prior),
-                expected=expected,
-                source=source,
-            )
+            assessed = self.rule.assess(K, self._durations, prior)
+            hedge.update(zip(("threshold", "expected", "source"), assessed, strict=True))
         if self.prior is not None:
             self.prior.close()
             tell(self.client, self.func_key, list(self._durations), hedge)
@@ -524,8 +520,8 @@ class RedundantJob(JobHandle):
         if self.prior is not None:
             self.prior.poll()
             prior = self.prior.seconds
-        threshold = self.rule.threshold(self.K, self._durations, prior)
-        rule_used = (threshold, *self.rule.expected(self.K, self._durations, prior))
+        rule_used = self.rule.assess(self.K, self._durations, prior)
+        threshold = rule_used[0]
         now = self._elapsed()
         overdue: list[tuple[float, int]] = []  # (how late, block)
         # the tail: no more blocks left than workers, so each should be running. A primary

@@ -215,23 +215,29 @@ class Speculation:
             return float(prior), "prior"
         return None, "none"
 
-    def threshold(
+    def assess(
         self, n_tasks: int, durations: list[float], prior: float | None = None
-    ) -> float | None:
-        """Runtime after which a task is backed up, or None while the rule is not armed.
+    ) -> tuple[float | None, float | None, str]:
+        """``(threshold, expected, source)``: the runtime after which a task is backed up
+        (None while the rule is not armed), and :meth:`expected`'s answer it rests on.
 
         ``durations``: the run times of the job's finished tasks; ``prior``: the function's
         expected task from earlier jobs (seconds; used by the hedging rule only)."""
-        if n_tasks < self.min_tasks:
-            return None
-        if not self.hedges:
-            if not durations or len(durations) < max(math.floor(self.quantile * n_tasks), 1):
-                return None
-            return max(self.multiplier * statistics.median(durations), self.min_runtime)
-        expected, _ = self.expected(n_tasks, durations, prior)
-        if expected is None:
-            return None
-        return max(self.multiplier * expected, self.min_runtime)
+        expected, source = self.expected(n_tasks, durations, prior)
+        if n_tasks < self.min_tasks or expected is None:
+            return None, expected, source
+        if not self.hedges:  # Spark, cubed: the median of the finished, once enough did
+            if len(durations) < max(math.floor(self.quantile * n_tasks), 1):
+                return None, expected, source
+            return max(self.multiplier * expected, self.min_runtime), expected, source
+        return max(self.multiplier * expected, self.min_runtime), expected, source
+
+    def threshold(
+        self, n_tasks: int, durations: list[float], prior: float | None = None
+    ) -> float | None:
+        """Runtime after which a task is backed up, or None while the rule is not armed
+        (:meth:`assess`)."""
+        return self.assess(n_tasks, durations, prior)[0]
 
     def budget_tasks(self, n_tasks: int) -> int | None:
         """Backups of late tasks a job of ``n_tasks`` may launch (None: no limit):
