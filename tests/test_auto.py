@@ -312,6 +312,7 @@ def f(x):
 
 DATA = smooth_blocks(K, 4, 3, np.random.default_rng(0)).reshape(K * 4, 3)
 NTHREADS = [("127.0.0.1", 1)] * 16
+MAX_CALLS = 30  # coded-data calls at most, waiting for the model to learn a slow worker
 
 
 @contextlib.contextmanager
@@ -470,18 +471,25 @@ async def test_cluster_coded_data_adapts_between_calls(c, s, *workers):
         assert not {addr[n] for n in names[:2]} & set(data.workers)
     # the worker of share 0 becomes slow
     name0 = next(str(w.name) for w in workers if w.address == data.workers[0])
+    calls = []
     async with inject_stragglers(SlowWorkers((name0,), delay=5.0), client=c):
-        calls = []
-        for _ in range(8):
+        # the model learns it from share 0's evals, mostly cut short (a censored task
+        # counts as late only in part, and the planner's view is a random draw from the
+        # model): how many calls that takes is not fixed, so call until one moves it
+        for _ in range(MAX_CALLS):
             job = await data.submit(f, wait="auto", error=0.2)
             with quiet():
                 await job
             calls.append(job)
             await idle(workers)
-    # the share on the worker that became slow is evaluated elsewhere once the model knows;
-    # not always: while it is not used, the model forgets, and it is tried again
-    moved = [j.report.rerouted.get(0) not in (None, data.workers[0]) for j in calls]
-    assert sum(moved[4:]) >= 2, [j.report.rerouted for j in calls]
+            if 0 in job.report.rerouted:
+                break
+    # the share on the worker that became slow is evaluated elsewhere once the model
+    # knows: on a worker that holds no other share of this call
+    moved = calls[-1].report.rerouted
+    assert 0 in moved, f"share 0 never moved off its slow worker in {MAX_CALLS} calls"
+    others = set(data.workers[1:]) - {data.workers[i] for i in moved}
+    assert moved[0] != data.workers[0] and moved[0] not in others
     assert all(j.report.auto is not None for j in calls)
     data.release()
 
