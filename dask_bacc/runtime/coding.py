@@ -280,15 +280,27 @@ class coding:  # lower case, as dask.config.set and dask.annotate
     def _code_layer(self, graph: dict[Key, GraphNode], found: Found, blocks: list[Key]) -> str:
         """Replace the tasks ``blocks`` (``found``'s, renamed) in ``graph`` by a driver
         task running them as an exact job and a ``getitem`` of it per block, under the
-        block's key; return the job's token."""
+        block's key; return the job's token.
+
+        A task that reads every block (the ``concatenate`` of an array's ``.compute()``,
+        a frame's ``concat``) reads them out of the driver's result instead, the
+        ``getitem`` inlined: the blocks are all on the driver's worker already, and K
+        tasks of a millisecond each on that one worker would cost more than the layer's
+        own tasks when they are short (1,000 blocks in waves)."""
         from dask._task_spec import DataNode, Task, TaskRef
 
         needed = _ancestors(graph, blocks)
         sub = _inline_aliases({k: graph[k] for k in graph if k in needed}, set())
         layer = Layer(sub, list(blocks), list(blocks), {b: [b] for b in blocks}, found.function)
         token, driver = layer_driver(layer, self.code, self.code_options, self.timeout)
-        for b in blocks:
-            graph[b] = Task(b, operator.getitem, TaskRef(driver.key), DataNode(None, b))
+        picks = {
+            b: Task(b, operator.getitem, TaskRef(driver.key), DataNode(None, b)) for b in blocks
+        }
+        every = set(blocks)
+        for key, node in list(graph.items()):
+            if key not in every and every <= node.dependencies:
+                graph[key] = node.substitute(picks)
+        graph.update(picks)  # (read by the others; culled where nothing reads them)
         graph[driver.key] = driver
         return token
 
