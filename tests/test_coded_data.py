@@ -225,8 +225,9 @@ async def test_a_share_lost_with_its_worker_is_recomputed(c, s, *nannies):
 
 def test_validation():
     X, _ = data()
-    with pytest.raises(ValueError, match="speculative"):
-        dask_bacc.encode(X, code="speculative", client=object())
+    # the backup codes keep the blocks as they are: no N to choose
+    with pytest.raises(ValueError, match="n_coded does not apply"):
+        dask_bacc.encode(X, code="speculative", n_coded=8, client=object())
     with pytest.raises(TypeError, match="n_coded"):
         dask_bacc.encode(X, n_coded=2.5, client=object())
 

@@ -207,6 +207,52 @@ async def test_first_job_of_a_fresh_cluster_hedges_a_held_task(c, s, *workers):
     assert (h["launched"], h["won"], h["cancelled"]) == (1, 1, 0)
     assert h["budget"] == 1
     await gate.clear()
+    # /bacc's job table says what hedging did: won of launched, and the threshold
+    from test_diagnostics import closed_job
+
+    from dask_bacc.diagnostics.dashboard import BaccPage
+
+    await closed_job(s, job.token)
+    page = BaccPage(s)
+    page.update()
+    (row,) = [i for i, t in enumerate(page.tokens) if t == job.token]
+    assert page.jobs.data["backups"][row] == f"1/1 > {h['threshold']:.2f} s"
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_coded_data_hedges_each_call_and_the_next_call_goes_around(c, s, *workers):
+    """``encode(code="hedged")`` keeps the K blocks as they are; a call's held eval is
+    backed up on an idle worker reading the same share, and the next call evaluates that
+    share elsewhere while the held eval still runs (it is not interruptible)."""
+    X = np.random.default_rng(2).uniform(0, 1, (8, 2))
+    data = await dask_bacc.encode(X, code="hedged", n_blocks=4, client=c)
+    assert data.backups is not None and data.backups.hedges
+    assert (data.code.K, data.code.N) == (4, 4) and len(set(data.workers)) == 4
+    gate = await gate_stragglers(indices=[0], interruptible=False, client=c)
+    try:
+        first = await data.submit(np.tanh)
+        out = await first
+        assert_exact(out, np.tanh, X, rtol=0, atol=0)
+        rep = first.report
+        assert rep.code["name"] == "hedged" and rep.backups == [4]
+        assert rep.workers[4] != rep.workers[0]
+        assert 4 in rep.returned and 0 in rep.straggled
+        assert (rep.hedge["launched"], rep.hedge["won"]) == (1, 1)
+        # the held eval still runs on share 0's worker: the next call goes around it
+        # (rerouted, so not task 0 of the gate: no backup needed)
+        await gate.clear()
+        with dask.config.set({"bacc.reroute-busy-after": "0s"}):  # however short the call
+            second = await data.submit(np.tanh)
+        assert_exact(await second, np.tanh, X, rtol=0, atol=0)
+        assert second.report.rerouted.get(0) not in (None, data.workers[0])
+    finally:
+        await gate.release()
+    with pytest.raises(ValueError, match="wait= does not apply"):
+        data.submit(np.tanh, wait=3)
+    data.release()
+    with pytest.raises(ValueError, match="n_coded does not apply"):
+        dask_bacc.encode(X, code="hedged", n_coded=8, client=c)
 
 
 @pytest.mark.slow

@@ -281,9 +281,7 @@ async def test_the_inline_limit_decides_between_specs_and_a_scatter(c, s, *worke
     for limit, sent in ((nbytes, False), (nbytes - 1, True)):
         options = {"n_coded": 8} if code == "berrut" else {}
         with dask.config.set({"bacc.data-inline-limit": limit}):
-            job = await dask_bacc.submit_coded(
-                twice, X, code=code, n_blocks=4, client=c, **options
-            )
+            job = await dask_bacc.submit_coded(twice, X, code=code, n_blocks=4, client=c, **options)
             assert (job.sent is not None) == sent, limit
             out = await job
         if code == "berrut":

@@ -55,6 +55,7 @@ _TABLE_FIELDS = (
     "straggled",
     "cancelled",
     "failed",
+    "backups",
     "decode_seconds",
     "time_saved",
     "extra_cpu",
@@ -112,6 +113,17 @@ def _fmt_saved(row: dict[str, Any]) -> str:
     return f"{mark}{value:.3f}"
 
 
+def _fmt_backups(row: dict[str, Any]) -> str:
+    """What hedging did in a hedged or speculative job (``report.hedge``): backups won of
+    those launched, and the late threshold the last one went by (``"1/2 > 0.31 s"``)."""
+    hedge = row.get("hedge")
+    if not hedge:
+        return ""
+    out = f"{hedge.get('won', 0)}/{hedge.get('launched', 0)}"
+    threshold = hedge.get("threshold")
+    return out if threshold is None else f"{out} > {threshold:.2f} s"
+
+
 def _fmt_totals(totals: dict[str, Any]) -> str:
     """The session's savings against plain Dask, for the page's summary line."""
     jobs = totals.get("time_saved_jobs") or 0
@@ -148,6 +160,7 @@ class BaccPage:
             TableColumn(field="straggled", title="straggled", width=70),
             TableColumn(field="cancelled", title="cancelled", width=70),
             TableColumn(field="failed", title="failed", width=60),
+            TableColumn(field="backups", title="backups won/launched", width=140),
             TableColumn(field="decode_seconds", title="decode (s)", width=80, formatter=seconds),
             TableColumn(field="time_saved", title="time saved (s)", width=100),
             TableColumn(field="extra_cpu", title="extra CPU (s)", width=90),
@@ -285,6 +298,7 @@ class BaccPage:
             data["straggled"].append(r["straggled"])
             data["cancelled"].append(r["cancelled"])
             data["failed"].append(r["failed"])
+            data["backups"].append(_fmt_backups(r))
             data["decode_seconds"].append(r["decode_seconds"])
             data["time_saved"].append(_fmt_saved(r))
             data["extra_cpu"].append(_fmt_seconds(r.get("redundant_cpu")))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from .. import config
-from ..codes import Code
+from ..codes import Code, RepetitionCode
 from ..codes.transform import Transform, TransformSpec, get_transform
 from ..collections import Blocks
 from . import _dist, keys
@@ -41,9 +41,9 @@ from .graph import TaskSpec, submit_graph
 from .handle import sync_guarded
 from .job import CodedJob
 from .keys import function_key
-from .launch import SharedLaunch, check_encoded, mixes_exactly
+from .launch import SharedLaunch, SpeculativeLaunch, check_encoded, mixes_exactly
 from .placement import choose_workers
-from .speculative import backup_code
+from .speculative import Speculation, backup_code, speculative_job
 from .submit import (
     _adapt,
     _auto_spelling,
@@ -82,9 +82,14 @@ class CodedData:
         The worker each share was placed on at encoding time.
     auto : dict or None
         ``encode(n_coded="auto")``: what was chosen and why (as ``report.auto``).
+    backups : Speculation or None
+        ``encode(code="hedged")`` (or ``"speculative"``): the shares are the K blocks
+        themselves (``code`` is the identity, N = K), and each call backs up its late
+        evals by this rule, as :func:`~dask_bacc.map_coded` does.
     """
 
     auto: dict[str, Any] | None = None
+    backups: Speculation | None = None
 
     def __init__(self, client: Client, code: Code, blocks: Blocks, workers: list[str]):
         self.client = client
@@ -199,6 +204,13 @@ class CodedData:
         if combine not in COMBINE_CHOICES:
             raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
         wait = _auto_spelling(wait)
+        if self.backups is not None and wait is not None:
+            name = "hedged" if self.backups.hedges else "speculative"
+            raise ValueError(
+                f"this data was encoded with code={name!r}: each call runs the "
+                "K blocks plus backups of the late ones and waits for every block (wait= "
+                "does not apply)"
+            )
         auto = wait == AUTO
         budget = check_error_budget(error, auto)
         policy = None if auto else resolve_wait(wait, self.code)
@@ -246,20 +258,37 @@ class CodedData:
             assert error is not None
             key = function_key(func)
             policy, auto = await self._adapt(placement, rerouted, live, error, key)
-        job = CodedJob(
-            self.client,
-            self.code,
-            blocks,
-            func,
-            args,
-            kwargs,
-            policy,
-            None if timeout is None else float(timeout),
-            combine,
-            placement,
-            launch=SharedLaunch(self),
-            transform=transform,
-        )
+        timeout = None if timeout is None else float(timeout)
+        if self.backups is not None:
+            launch = SpeculativeLaunch(self.backups, function_key(func), self)
+            job = speculative_job(
+                self.client,
+                blocks,
+                func,
+                args,
+                kwargs,
+                self.backups,
+                timeout,
+                combine,
+                placement,
+                transform,
+                launch,
+            )
+        else:
+            job = CodedJob(
+                self.client,
+                self.code,
+                blocks,
+                func,
+                args,
+                kwargs,
+                policy,
+                timeout,
+                combine,
+                placement,
+                launch=SharedLaunch(self),
+                transform=transform,
+            )
         job.report.rerouted = rerouted
         job.report.auto = auto
         await job._submit()
@@ -511,15 +540,12 @@ def encode(
     """
     if code is None:
         code = config.get("code")
-        if backup_code(code):  # the default keeps no shares: exact shares instead
-            code = "repetition"
     code, n_coded = _auto_spelling(code), _auto_spelling(n_coded)
     _check_common(len, code, n_coded, None, code_options)
-    if backup_code(code):
+    if backup_code(code) and n_coded is not None:
         raise ValueError(
-            f"code={code!r} runs backup copies of late tasks, it has no coded shares to "
-            "keep: pass a code to encode() (repetition for exact shares), or use "
-            f"map_coded(f, data, code={code!r}) for each map"
+            f"code={code!r} keeps the K blocks as they are and backs up late evals at "
+            "each call: n_coded does not apply"
         )
     if code == AUTO and n_coded != AUTO:
         raise ValueError("encode(code='auto') chooses the code with N: pass n_coded='auto'")
@@ -574,7 +600,11 @@ async def _encode(
                 n_coded, placement, auto = chosen.chosen.N, chosen.workers, chosen.as_dict()
         if code == AUTO:
             code = safe_code()
-    coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
+    backups = backup_code(code)
+    if backups is not None:  # the blocks as they are, one per worker
+        coder: Code = RepetitionCode(data_blocks.K, data_blocks.K)
+    else:
+        coder = _build_code(code, data_blocks.K, n_coded, max(n_workers, 1), code_options)
     if placement is None:
         placement = choose_workers(
             workers,
@@ -584,5 +614,7 @@ async def _encode(
         )
     coded = CodedData(client, coder, data_blocks, placement)
     coded.auto = auto
+    if backups is not None:
+        coded.backups = Speculation.from_options(code_options, backups)
     await coded._launch()
     return coded

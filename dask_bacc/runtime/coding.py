@@ -293,14 +293,14 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         sub = _inline_aliases({k: graph[k] for k in graph if k in needed}, set())
         layer = Layer(sub, list(blocks), list(blocks), {b: [b] for b in blocks}, found.function)
         token, driver = layer_driver(layer, self.code, self.code_options, self.timeout)
-        picks = {
+        picks: dict[Key, Key | GraphNode] = {
             b: Task(b, operator.getitem, TaskRef(driver.key), DataNode(None, b)) for b in blocks
         }
         every = set(blocks)
         for key, node in list(graph.items()):
             if key not in every and every <= node.dependencies:
                 graph[key] = node.substitute(picks)
-        graph.update(picks)  # (read by the others; culled where nothing reads them)
+        graph.update(cast("dict[Key, GraphNode]", picks))  # (culled where nothing reads one)
         graph[driver.key] = driver
         return token
 

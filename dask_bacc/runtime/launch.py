@@ -309,15 +309,21 @@ class SharedLaunch(Launch):
         return [job.eval_spec(i, self.data.shares[i], call) for i in range(job.code.N)]
 
     def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
-        if self.data._released:
-            # released while this call ran: no next call to reroute, and a held eval would
-            # keep its share on the scheduler until func returns; cancelled as release()
-            # cancels the others (the job's hold then lets go of them)
-            self.data._cancel_late(list(running.values()))
-            return
-        # the next call reroutes around them (CodedData._placement), with no message
-        for i, fut in running.items():
-            self.data._held.setdefault(job.workers[i], []).append((job._start, fut))
+        hold_for_next_call(self.data, job, running)
+
+
+def hold_for_next_call(data: CodedData, job: CodedJob, running: dict[int, Future[Any]]) -> None:
+    """A call of ``data`` ended with these evals still running ``func``: the next call
+    evaluates their shares elsewhere (:meth:`~.coded_data.CodedData._placement`)."""
+    if data._released:
+        # released while this call ran: no next call to reroute, and a held eval would
+        # keep its share on the scheduler until func returns; cancelled as release()
+        # cancels the others (the job's hold then lets go of them)
+        data._cancel_late(list(running.values()))
+        return
+    # the next call reroutes around them, with no message
+    for i, fut in running.items():
+        data._held.setdefault(job.workers[i], []).append((job._start, fut))
 
 
 @dataclass
@@ -413,10 +419,19 @@ class SpeculativeLaunch(Launch):
     """K uncoded tasks; a backup copy of block j (task ``c * K + j``, its copy ``c``) once
     :func:`plan_backups` says so, on an idle worker: one running no copy of the job's
     tasks, least busy first, never one the straggler model holds slow while another is
-    free (hedged jobs: :class:`~.hedge.Prior`)."""
+    free (hedged jobs: :class:`~.hedge.Prior`).
 
-    def __init__(self, rule: Speculation, func_key: str | None = None):
+    With ``data`` (a :class:`~.coded_data.CodedData` encoded with a backup code), the
+    blocks are its shares, already on their workers: a backup reads its block's share
+    (Dask copies it to the backup's worker), and the stragglers a call leaves running
+    are evaluated elsewhere by the next call, as :class:`SharedLaunch`'s are.
+    """
+
+    def __init__(
+        self, rule: Speculation, func_key: str | None = None, data: CodedData | None = None
+    ):
         self.rule = rule
+        self.data = data
         self.interval = rule.interval
         self.func_key = func_key
         self.launched_at: dict[int, float] = {}
@@ -434,7 +449,9 @@ class SpeculativeLaunch(Launch):
         if self.rule.hedges and self.func_key is not None:
             self.prior = Prior(job.client, self.func_key)
         job.report.hedge = new_record(self.rule.rule, self.rule.budget_tasks(K))
-        if inline(job):
+        if self.data is not None:
+            job._chunks = list(self.data.shares)
+        elif inline(job):
             self._shares = local_arrays(job.blocks)
         elif job.blocks.local:  # each block to its first copy's worker
             job.sent = ClientBlocks(job.client, local_arrays(job.blocks), job.token)
@@ -490,13 +507,17 @@ class SpeculativeLaunch(Launch):
         if plan.losers:  # another copy won: stop this one
             for i in plan.losers:
                 d.withdraw(i)
-            job.report.cancelled += len(plan.losers)
             futures = [job._evals[i] for i in plan.losers]
             running = [
                 i for i, f in zip(plan.losers, futures, strict=True) if f.status == "pending"
             ]
             self.stuck.update(job.workers[i] for i in running)
-            await _dist.cancel(job.client, futures, reason="bacc: other copy won")
+            if self.data is None:
+                job.report.cancelled += len(plan.losers)
+                await _dist.cancel(job.client, futures, reason="bacc: other copy won")
+            # a call of a CodedData leaves them to the job's end, which holds those still
+            # running func (the next call then evaluates their shares elsewhere) and
+            # cancels the others
         if plan.blocks:
             late = set(plan.blocks[len(plan.blocks) - plan.late :]) if plan.late else set()
             self.hedged += await self._back_up(job, plan.blocks, late)
@@ -532,6 +553,10 @@ class SpeculativeLaunch(Launch):
             rep.hedge["launched"] = len(rep.backups)
         job._launch_graph(specs)
         return charged
+
+    def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
+        if self.data is not None:
+            hold_for_next_call(self.data, job, running)
 
     def finished(self, job: CodedJob) -> None:
         """Settle the backups' outcomes in the report and tell the scheduler the run times

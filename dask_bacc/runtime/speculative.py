@@ -269,12 +269,14 @@ def speculative_job(
     combine: str,
     workers: list[str],
     transform: Transform | None = None,
+    launch: SpeculativeLaunch | None = None,
 ) -> CodedJob:
     """A job of K uncoded tasks with backup copies (``code="hedged"`` or ``"speculative"``).
 
     Its decoder is a repetition code over the copies (task ``c * K + j`` is copy ``c`` of
     block j, the first copy of a block to land gives it); the backups are launched by
-    :class:`~.launch.SpeculativeLaunch` only when its rule fires.
+    :class:`~.launch.SpeculativeLaunch` (``launch``, or one of ``speculation``) only
+    when its rule fires.
     """
     K = blocks.K
     job = CodedJob(
@@ -288,7 +290,7 @@ def speculative_job(
         timeout,
         combine,
         workers,
-        launch=SpeculativeLaunch(speculation, function_key(func)),
+        launch=launch or SpeculativeLaunch(speculation, function_key(func)),
         transform=transform,
     )
     name = "hedged" if speculation.hedges else "speculative"
