@@ -225,13 +225,19 @@ def test_nothing_selected_sends_dasks_own_graph(client, monkeypatch):
 
     monkeypatch.setattr(Client, "get", spy)
     y = (da.ones(100, chunks=10) + 1).sum()
-    with dask_bacc.coding() as block:
-        assert y.compute() == 200
+    # and the block says so at its end, with what to do (once, for all its computations)
+    with pytest.warns(RuntimeWarning, match="nothing was selected") as caught:
+        with dask_bacc.coding() as block:
+            assert y.compute() == 200
+            assert y.compute() == 200
+    assert len(caught) == 1 and "only='all'" in str(caught[0].message)
+    assert "2 computation(s)" in str(caught[0].message)
     assert block.layers == [] and block.reports == []
-    (sent,) = seen
+    assert len(seen) == 2
     from dask._expr import Expr
 
-    assert isinstance(sent, Expr)  # the expression dask made, not a rewritten graph
+    # the expression dask made, not a rewritten graph
+    assert all(isinstance(sent, Expr) for sent in seen)
 
 
 def test_refused_layers_run_uncoded_and_say_why(client):

@@ -644,11 +644,12 @@ async def test_copies_off_the_drivers_worker_are_held_there_and_rerun_when_it_le
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
 async def test_a_queued_copy_whose_worker_left_runs_again_at_once(c, s, *workers):
-    """Off a driver's worker, copies wait for their planned worker strictly: a copy still
-    queued there when that worker leaves could never run. The job notices that every
-    pending copy of the block is on a worker that left (asked of the scheduler: an
-    asynchronous client's ``scheduler_info()`` lists no workers) and runs one more copy
-    on a worker still there, without waiting for the late-copy rule."""
+    """Off a driver's worker, a copy never runs on the driver's worker: a backup waits
+    for its planned worker strictly (a copy still queued there when that worker leaves
+    is run once more elsewhere, :meth:`RedundantJob._stranded`, without waiting for the
+    late-copy rule), and the primaries of a backup code for any worker of the pool (the
+    scheduler balances and moves them). Either way the block whose queued copy lost its
+    worker is given by a copy on a worker still there, not the driver's."""
     from dask_bacc.runtime.submit import submit_layer
 
     K = 2
@@ -676,7 +677,7 @@ async def test_a_queued_copy_whose_worker_left_runs_again_at_once(c, s, *workers
         del busy
     rep = job.report
     [won] = [i for i in rep.returned if i % K == 0]
-    assert won >= K and rep.workers[won] not in (first, driver)
+    assert rep.workers[won] not in (first, driver)
     np.testing.assert_array_equal(
         np.concatenate([out[k] for k in sorted(out)]), affine(np.arange(3 * K)), strict=True
     )

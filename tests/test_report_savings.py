@@ -122,12 +122,50 @@ def test_dashboard_formats_savings():
     assert _fmt_saved({"time_saved": 1.0, "plain_ready_source": "model"}) == "~1.000"
     assert _fmt_saved({"time_saved": -0.5, "plain_ready_source": "measured"}) == "-0.500"
     assert _fmt_saved({"time_saved": None}) == ""
+    # a lower bound of zero says nothing: never ">= -0.000"
+    assert _fmt_saved({"time_saved": -0.0, "plain_ready_source": "lower-bound"}) == "?"
     assert _fmt_totals({"time_saved_jobs": 0, "cpu": 0.0}) == ""
     line = _fmt_totals({"time_saved": 2.0, "time_saved_jobs": 3, "cpu": 4.0, "redundant_cpu": 1.0})
     assert "2.000 s saved over 3 job(s)" in line and "extra CPU 1.000 s of 4.000 s" in line
 
 
+def test_a_lower_bound_of_zero_is_not_printed_as_time_saved():
+    rep = JobReport(token="t", func="f", code={"name": "repetition"}, K=2, N=4, wait_target=2)
+    rep.plain_ready, rep.time_to_decode, rep.time_saved = 1.25, 1.25, -0.0
+    rep.plain_ready_source, rep.plain_ready_estimated = "lower-bound", True
+    line = rep.savings_line()
+    assert line is not None and "-0.000" not in line and "at least" not in line
+    assert "unknown" in line and "1.250s or later" in line
+    rep.time_saved = 0.5  # a real bound is still stated as one
+    assert "time saved at least 0.500s" in (rep.savings_line() or "")
+
+
 # -- coded jobs on a cluster ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_backups_that_were_not_needed_are_not_stragglers(c, s, *workers):
+    """Repetition with no straggler among the primaries: the backups still out when
+    every block arrived were not needed; the report says so, and counts no straggler."""
+    X = np.random.default_rng(0).uniform(0, 1, (8, 2))
+    async with gate_stragglers(indices=[4, 5, 6, 7], client=c):  # every backup
+        job = await dask_bacc.submit_coded(
+            np.tanh, X, code="repetition", n_blocks=4, n_coded=8, client=c
+        )
+        await job
+    rep = job.report
+    assert sorted(rep.returned) == [0, 1, 2, 3]
+    assert rep.straggled == [] and sorted(rep.not_needed) == [4, 5, 6, 7]
+    text = repr(rep)
+    assert "straggled 0, not needed 4" in text
+    assert "Not needed" in report_html(rep)
+    from test_diagnostics import closed_job
+
+    row = await closed_job(s, job.token)
+    assert row["straggled"] == 0 and row["not_needed"] == 4
+
+
 async def _cpu_filled(job) -> None:
     """The CPU figures come with the job's clean-up round trip, just after the result."""
     await until(lambda: job.report.total_cpu is not None, "the job's CPU figures")

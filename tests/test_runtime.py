@@ -413,3 +413,37 @@ def test_grace_validation_and_exact_codes():
     assert policy.grace_for(BerrutCode(2, 4)) == 0.3
     assert policy.grace_for(RepetitionCode(2, 4)) == 0.0  # exact: nothing to gain
     assert FirstK(3).grace_for(BerrutCode(2, 4)) == 0.0
+
+
+def test_a_registration_cut_short_by_a_closing_client_logs_nothing():
+    """Closing the client while the worker plugin's registration still waits for a worker
+    is not a failure of the plugin: no "registering the worker plugin failed" line; any
+    other error is still logged."""
+    import logging
+
+    from distributed.comm.core import CommClosedError
+
+    from dask_bacc.runtime.job import _registered, logger
+
+    async def failed(exc):
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(exc)
+        return future
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    lines = Lines()
+    logger.addHandler(lines)
+    try:
+        _registered(asyncio.run(failed(CommClosedError("in <TCP (closed)>"))))
+        assert lines.lines == []
+        _registered(asyncio.run(failed(RuntimeError("the plugin's setup raised"))))
+        assert len(lines.lines) == 1 and "registering the worker plugin failed" in lines.lines[0]
+    finally:
+        logger.removeHandler(lines)

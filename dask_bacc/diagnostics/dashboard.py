@@ -109,7 +109,10 @@ def _fmt_saved(row: dict[str, Any]) -> str:
     value = row.get("time_saved")
     if value is None:
         return ""
-    mark = {"lower-bound": ">= ", "model": "~"}.get(row.get("plain_ready_source") or "", "")
+    source = row.get("plain_ready_source") or ""
+    if source == "lower-bound" and value < 0.0005:
+        return "?"  # a bound of zero or less says nothing
+    mark = {"lower-bound": ">= ", "model": "~"}.get(source, "")
     return f"{mark}{value:.3f}"
 
 

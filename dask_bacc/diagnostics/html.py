@@ -90,6 +90,8 @@ def _report_rows(rep: Any) -> list[tuple[str, str]]:
         ("Returned", _e(_indices(rep.returned))),
         ("Straggled", f"{_e(_indices(rep.straggled))} (cancelled {rep.cancelled})"),
     ]
+    if rep.not_needed:
+        rows.append(("Not needed", _e(_indices(rep.not_needed))))
     if rep.late:
         rows.append(("Late", _e(_indices(rep.late))))
     if rep.failed:

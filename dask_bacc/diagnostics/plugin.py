@@ -179,7 +179,8 @@ class JobStats:
             skip = {int(i) for i in rep.get("failed") or {}}
             skip.update(int(i) for i in (rep.get("late") or ()))
             skip.update(int(i) for i in (rep.get("returned") or ()))
-            return {int(i) for i in rep["straggled"]} - skip
+            given_up = [*rep["straggled"], *(rep.get("not_needed") or ())]
+            return {int(i) for i in given_up} - skip
         rnd = self.decode_round()
         if rnd is None or rnd.completed is None:  # (decode_round's rounds are completed)
             return set()
@@ -275,6 +276,8 @@ class JobStats:
             "needed": self.needed,
             **c,
             "straggled": len(self.straggled()),
+            # redundant copies still out at decode: protection not needed (client's report)
+            "not_needed": len((self.report or {}).get("not_needed") or ()),
             "failures": {str(i): r for i, r in self.failures().items()},
             "status": self.status,
             "outcome": self.outcome,

@@ -169,6 +169,7 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         self._reports: dict[str, JobReport] = {}
         self._entered: list[contextvars.Token[coding | None]] = []
         self._warned = False
+        self._computations = 0  # computations the block's hook read (coded or not)
 
     def __repr__(self) -> str:
         done = sum(layer.coded for layer in self.layers)
@@ -188,6 +189,24 @@ class coding:  # lower case, as dask.config.set and dask.annotate
     def __exit__(self, *exc: object) -> None:
         _ACTIVE.reset(self._entered.pop())
         _HOOK.uninstall()
+        if self._computations and not self.layers and not self._entered and exc[0] is None:
+            # a block that selected nothing must say so, and what to do (a layer selected
+            # and refused is in .layers, with why)
+            if self.only is None:
+                which = (
+                    "no layer calls a function marked with dask_bacc.codeable (the "
+                    "default, only=None, codes those and dask array layers built under "
+                    "dask.annotate(bacc=True))"
+                )
+            else:
+                which = f"no map over chunks matched only={self.only!r}"
+            warnings.warn(
+                f"dask_bacc.coding(): nothing was selected in this block's "
+                f"{self._computations} computation(s): {which}. Pass only='all' to code "
+                "every map over chunks, or only=f for the layers that call f",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def _warn_no_client(self) -> None:
         if not self._warned:
@@ -227,6 +246,7 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         earlier computation, by the plain spec, and one key must never come with two."""
         from dask._task_spec import convert_legacy_graph
 
+        self._computations += 1
         selection = self.selection
         if self.only is None:
             selection = Selection(None, annotated_functions(expr))
@@ -269,6 +289,7 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         try:
             return self.rewrite(expr, outputs)
         except Exception as exc:
+            self._computations -= 1  # not read: this warning says so, not the block's
             warnings.warn(
                 f"dask_bacc.coding(): this computation runs uncoded: reading its graph "
                 f"failed ({type(exc).__name__}: {exc})",

@@ -14,6 +14,8 @@ import inspect
 import operator
 import traceback
 import uuid
+import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dask.base import is_dask_collection
@@ -196,6 +198,7 @@ def coded(
         # the values f's arguments read from the graph (dask.delayed, large arrays dask
         # stores once): inputs of the driver task, computed before it runs
         call.deps,
+        _listening_client(),
         dask_key_name=keys.driver_key(token),
     )
     rebuilt: CollectionT = call.adapter.rebuild(call, driver, target)  # the same kind
@@ -414,20 +417,52 @@ def _find_map(collection: Any) -> MapCall:
         ) from exc
 
 
-def _forward_warnings(queued: list[Warning]) -> None:
-    """Send the job's warnings to every client of the cluster, once each: the driver task
-    runs the job on a worker, where a warning would only reach that worker's stderr. It is
-    what ``distributed.warn`` sends (the event-log topic ``warn``, which clients turn into
-    ``warnings.warn``), without warning here too (the job's result was taken with
-    ``warn=False``)."""
+#: the event-log topic of the warnings of the jobs a client started (+ the client's id)
+WARN_TOPIC = "bacc-warn-"
+
+#: clients listening on their :data:`WARN_TOPIC` (weakly: a closed client goes)
+_listening: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _listening_client() -> str | None:
+    """The id of the current client, now listening on its own :data:`WARN_TOPIC` (once
+    per client); None without a client (the driver then warns every client, as
+    ``distributed.warn`` does)."""
+    try:
+        client = _dist.default_client()
+    except ValueError:
+        return None
+    if client not in _listening:
+        _dist.subscribe_topic(client, WARN_TOPIC + client.id, _warn_here)
+        _listening.add(client)
+    return str(client.id)
+
+
+def _warn_here(event: tuple[float, Any]) -> None:
+    """A driver's warning, raised in the process of the client that started its job."""
+    import pickle
+
+    message = event[1]
+    category = pickle.loads(message["category"])
+    warnings.warn(pickle.loads(message["message"]), category, stacklevel=1)
+
+
+def _forward_warnings(queued: list[Warning], caller: str | None) -> None:
+    """Send the job's warnings to the client that started it (``caller``, its id), once
+    each: the driver task runs the job on a worker, where a warning would only reach that
+    worker's stderr. Sent as ``distributed.warn`` sends them (a pickled message and
+    category), on the caller's own topic: on ``warn`` every client of the cluster would
+    raise it, the worker clients of earlier drivers included. Without a ``caller`` (no
+    client when the collection was built), on ``warn``."""
     import pickle
 
     from distributed import get_worker
 
     worker = get_worker()
+    topic = "warn" if caller is None else WARN_TOPIC + caller
     for w in queued:
         worker.log_event(
-            "warn", {"message": pickle.dumps(str(w)), "category": pickle.dumps(type(w))}
+            topic, {"message": pickle.dumps(str(w)), "category": pickle.dumps(type(w))}
         )
 
 
@@ -453,6 +488,7 @@ def _drive(
     token: str,
     K: int,
     deps: dict[Any, Any] | None = None,
+    caller: str | None = None,
 ) -> object:
     """The driver task: run the coded job from inside the cluster; return what the
     collection's chunks read (``call.adapter.blocks``: the K blocks or, for
@@ -460,7 +496,8 @@ def _drive(
     scheduler's event log (:data:`REPORT_TOPIC`), for :func:`report_of`, and its warnings
     to the clients (:func:`_forward_warnings`). ``K`` is the number of blocks (the
     collection's chunks fix it); N and the wait are planned here (:func:`_plan`), on the
-    cluster the job runs on. ``deps`` are the computed values of ``call.deps``."""
+    cluster the job runs on. ``deps`` are the computed values of ``call.deps``;
+    ``caller`` the id of the client that built the collection (its warnings go there)."""
     import dask
     from distributed import get_client, get_worker
 
@@ -507,7 +544,7 @@ def _drive(
         finally:
             report = jsonable(job.report.to_dict())
             get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})
-        _forward_warnings(job.take_warnings())
+        _forward_warnings(job.take_warnings(), caller)
         error: BaseException
         try:
             return call.adapter.blocks(client, out, target)

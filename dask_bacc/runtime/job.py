@@ -51,7 +51,7 @@ from .handle import JobHandle, describe
 from .launch import ClientBlocks, CodedLaunch, Launch
 from .placement import silent_workers, waiting_on_silent
 from .quality import JobQuality
-from .report import JobReport
+from .report import JobReport, split_redundant
 from .savings import cpu_split, plain_ready, plain_shares, uncoded_tasks
 from .wait import WaitPolicy
 from .worker import (
@@ -160,9 +160,16 @@ def plugin_everywhere(client: Client) -> bool:
 
 def _registered(task: asyncio.Future[Any]) -> None:
     """The end of a worker plugin registration that may have outlived its job's wait."""
+    from distributed.comm.core import CommClosedError
+
     _running.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("dask-bacc: registering the worker plugin failed: %r", task.exception())
+    if task.cancelled():
+        return
+    exc = task.exception()
+    # a client closed (or a scheduler gone) before every worker answered: nothing is
+    # wrong with the plugin, and its jobs have ended
+    if exc is not None and not isinstance(exc, CommClosedError):
+        logger.warning("dask-bacc: registering the worker plugin failed: %r", exc)
 
 
 def _job_done(
@@ -740,11 +747,22 @@ class CodedJob(JobHandle):
                 i, failure, "a mix of blocks, and func succeeded on no share of real data"
             )
 
+    def _note_stragglers(self) -> None:
+        """The tasks still out now, as stragglers and redundancy not needed."""
+        rep = self.report
+        rep.straggled, rep.not_needed = split_redundant(
+            self.decider.straggled(),
+            list(self.decider.usable),
+            set(rep.plain_shares),
+            self._data_rows,
+            self.code.K,
+        )
+
     async def _decode(self, action: Decode) -> Any:
         self._raise_unjudged()
         self.report.trigger = action.trigger
         self._sync_report()
-        self.report.straggled = self.decider.straggled()
+        self._note_stragglers()
         self._fetch_quantiles()
         # adversaries=: leave out the results located as corrupted
         used = await self.quality.screen(action.used)
@@ -759,7 +777,7 @@ class CodedJob(JobHandle):
         rep.returned = list(used)
         rep.late = [i for i in self.decider.usable if i not in set(used)]
         rep.slowest_used = max(rep.arrival[i] for i in used)
-        rep.straggled = self.decider.straggled()
+        self._note_stragglers()
         await self.quality.finalize(used)  # error estimate into the report
         rep.time_to_decode = self._elapsed()
         if self._mixed_failed and not self.domain_failure:

@@ -225,18 +225,24 @@ class RedundantJob(JobHandle):
             key if key in read else keys.primary_key(self.token, b)
             for b, key in enumerate(layer.blocks)
         ]
+        at_once = isinstance(self.policy, Repetition)
         for b, key in enumerate(layer.blocks):
             task: Task = layer.graph[key]  # type: ignore[assignment]
             pk = primary_key[b]
             primary = _timed(task, pk, self.token, b, 0)
-            if self._held[b] and not self._fenced:
-                free[pk] = primary  # Dask puts it next to its input, as planned
+            if not at_once and self._fenced:
+                # backups come later, onto idle workers: the scheduler balances the
+                # primaries over the pool as it would plain tasks (stealing among them);
+                # pinned one by one they would wait in one worker's queue each, in waves
+                pinned[pk] = primary
+                where_to[pk] = list(self.workers)
+            elif (self._held[b] or not at_once) and not self._fenced:
+                free[pk] = primary  # Dask puts it next to its input, or spreads it
             else:
                 # next to its input within the pool, or spread when it has none there
                 pinned[pk] = primary
                 where_to[pk] = [primaries[b]]
             self.report.workers[b] = primaries[b]
-        at_once = isinstance(self.policy, Repetition)
         copies, planned = self._copy_nodes(
             [(b, 1, str(q)) for b, q in enumerate(backups) if at_once and q is not None],
             where_to,
@@ -451,7 +457,10 @@ class RedundantJob(JobHandle):
                 self._busy[w] -= 1
             self._release_inputs(b)
             losers = [f for c, f in self._copies[b].items() if c != copy]
-            self.report.straggled += [b + c * self.K for c in self._copies[b] if c != copy]
+            # a primary beaten by another copy straggled; a backup that lost was not needed
+            lost = [b + c * self.K for c in self._copies[b] if c != copy]
+            self.report.straggled += [i for i in lost if i < self.K]
+            self.report.not_needed += [i for i in lost if i >= self.K]
             return losers
         others = [f for c, f in self._copies[b].items() if c != copy and f.status == "pending"]
         if fut.status == "error":
@@ -493,14 +502,20 @@ class RedundantJob(JobHandle):
         the cluster: none of them can run (a strict restriction waits for its worker)."""
         if live is None:
             return []
+        pooled = not isinstance(self.policy, Repetition)  # primaries may run on any of the pool
         out = []
         for b, copies in self._copies.items():
             if b in self._winner:
                 continue
             where = {
-                self.report.workers[b + c * self.K]
+                w
                 for c, f in copies.items()
                 if f.status == "pending"
+                for w in (
+                    self.workers
+                    if pooled and c == 0 and (b, 0) not in self._started_at
+                    else [self.report.workers[b + c * self.K]]
+                )
             }
             if not where & live:
                 out.append(b)

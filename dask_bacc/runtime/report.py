@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,7 +37,13 @@ class JobReport:
     returned : list of int
         Coded tasks whose results were decoded, in arrival order.
     straggled : list of int
-        Coded tasks still running or queued at decode time (then cancelled).
+        Coded tasks still running or queued at decode time (then cancelled); for a code
+        with plain shares (repetition, hedged, speculative, the systematic codes), only
+        the plain shares: a redundant copy still out is ``not_needed``.
+    not_needed : list of int
+        Redundant tasks (not a block's plain share: a repetition's or a hedge's backup, a
+        systematic code's parity task) still running or queued at decode time, then
+        cancelled: protection that was not needed, not a straggler.
     late : list of int
         Coded tasks that finished after the decode had started (not used).
     failed : dict of int to str
@@ -186,6 +193,7 @@ class JobReport:
     workers: list[str] = field(default_factory=list)
     returned: list[int] = field(default_factory=list)
     straggled: list[int] = field(default_factory=list)
+    not_needed: list[int] = field(default_factory=list)
     late: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     cancelled: int = 0
@@ -264,11 +272,19 @@ class JobReport:
         parts = []
         if self.time_saved is not None and self.plain_ready is not None:
             how = "" if not self.plain_ready_estimated else f", {self.plain_ready_source} estimate"
-            bound = "at least " if self.plain_ready_source == "lower-bound" else ""
-            parts.append(
-                f"time saved {bound}{self.time_saved:.3f}s against plain Dask (ready at "
-                f"{bound}{self.plain_ready:.3f}s{how})"
-            )
+            bound = self.plain_ready_source == "lower-bound"
+            if bound and self.time_saved < 0.0005:
+                # a bound of zero or less says nothing: not "at least -0.000s"
+                parts.append(
+                    f"time saved against plain Dask unknown (plain Dask: ready at "
+                    f"{self.plain_ready:.3f}s or later{how})"
+                )
+            else:
+                at = "at least " if bound else ""
+                parts.append(
+                    f"time saved {at}{self.time_saved:.3f}s against plain Dask (ready at "
+                    f"{at}{self.plain_ready:.3f}s{how})"
+                )
         if self.redundant_cpu is not None and self.total_cpu is not None:
             parts.append(
                 f"extra CPU {self.redundant_cpu:.3f}s of {self.total_cpu:.3f}s thread time"
@@ -319,7 +335,9 @@ class JobReport:
             f"  K={self.K} N={self.N} wait for {self.wait_target}; {self.decoded_line()}",
             f"  time to decode {t(self.time_to_decode)}, slowest result used "
             f"{t(self.slowest_used)}",
-            f"  straggled {len(self.straggled)} (cancelled {self.cancelled}), late "
+            f"  straggled {len(self.straggled)}"
+            + (f", not needed {len(self.not_needed)}" if self.not_needed else "")
+            + f" (cancelled {self.cancelled}), late "
             f"{len(self.late)}, failed {len(self.failed)}"
             + (f", backups {len(self.backups)}" if self.backups else "")
             + (f", rerouted {len(self.rerouted)}" if self.rerouted else ""),
@@ -362,3 +380,31 @@ class JobReport:
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)
+
+
+def split_redundant(
+    out: list[int],
+    returned: list[int],
+    plain: Collection[int],
+    data_rows: Mapping[int, int],
+    K: int,
+) -> tuple[list[int], list[int]]:
+    """Tasks still out at decode time as ``(straggled, not_needed)``.
+
+    ``plain``: each block's plain share (what plain Dask runs); ``data_rows``: task -> the
+    block whose own data it holds (plain shares, a repetition's copies). A plain share
+    still out straggled. Another task still out was not needed when what it reads was
+    given exactly without it: a copy of a block another copy of which returned, a task
+    mixing blocks once every block's own data returned; otherwise it straggled too (a
+    decode that had to estimate would have used it)."""
+    given = {data_rows[i] for i in returned if i in data_rows}
+    straggled: list[int] = []
+    not_needed: list[int] = []
+    for i in out:
+        block = data_rows.get(i)
+        if i in plain:
+            redundant = False
+        else:
+            redundant = len(given) == K if block is None else block in given
+        (not_needed if redundant else straggled).append(i)
+    return straggled, not_needed
