@@ -387,3 +387,25 @@ def test_the_equal_resources_benchmark_runs(tmp_path):
     assert set(cell) == {"plain", "hedged", "speculative", "repetition", "default"}
     assert all(r["max_error"] == 0 for r in cell.values())  # exact strategies: identical
     assert cell["plain"]["p50"] == 1.0 and all(len(r["times"]) == 2 for r in cell.values())
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_the_coding_waves_benchmark_runs(tmp_path):
+    """A smoke run of benchmarks/coding_waves.py (4 worker processes, 40 partitions, one
+    round): the coded layer's answer equals plain Dask's (it asserts it), times written."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "waves.json"
+    subprocess.run(
+        [sys.executable, str(root / "benchmarks/coding_waves.py"), "--workers", "4",
+         "--n-parts", "40", "--task", "0.002", "--rounds", "1", "--json", str(out)],
+        check=True, cwd=root, timeout=170, capture_output=True,
+    )  # fmt: skip
+    cells = json.loads(out.read_text())["cells"]
+    assert set(cells) == {"0.0", "0.05"}
+    assert all(len(t) == 1 for cell in cells.values() for t in cell.values())

@@ -681,3 +681,34 @@ async def test_a_queued_copy_whose_worker_left_runs_again_at_once(c, s, *workers
     np.testing.assert_array_equal(
         np.concatenate([out[k] for k in sorted(out)]), affine(np.arange(3 * K)), strict=True
     )
+
+
+def _held_chunk(block, event_name):
+    """A chunk's task that waits for the distributed Event (bounded: never hangs a run)."""
+    Event(event_name).wait(timeout=30)
+    return block + 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", ["hedged", "repetition"])
+@pytest.mark.parametrize("how", ["cancel", "release"])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, timeout=120)
+async def test_a_caller_that_goes_away_ends_the_layer_job(c, s, *workers, code, how):
+    """The collection's future cancelled (what Ctrl-C in ``compute`` and a closing client
+    come to: the scheduler forgets the driver's task) or released: the driver, a thread it
+    cannot stop, sees its task is no longer wanted and cancels its job, so no task of the
+    job stays on the scheduler (it would run its copies, in waves, for nobody)."""
+    go = Event(f"bacc-test-go-{code}-{how}", client=c)
+    y = da.arange(40, chunks=1).map_blocks(_held_chunk, go.name, dtype=int)  # 40 tasks
+    fut = c.compute(dask_bacc.coded(y, code=code))
+    await until(lambda: any(str(k).startswith("bacc-driver") for k in s.tasks), "the driver")
+    await until(lambda: sum(w.state.executing_count for w in workers) >= 3, "copies running")
+    if how == "cancel":
+        await c.cancel(fut)
+    else:
+        fut.release()
+        del fut
+    # the job's copies leave the scheduler although the held ones still run
+    await until(lambda: not s.tasks, f"the job's tasks to leave: {list(s.tasks)[:5]}", 10)
+    await go.set()
+    await idle(workers)

@@ -10,6 +10,7 @@ operations work as usual.
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import operator
 import traceback
@@ -48,7 +49,9 @@ from .wait import WaitPolicy, check_timeout, resolve_wait
 
 if TYPE_CHECKING:
     from dask._task_spec import Task
-    from distributed import Client
+    from distributed import Client, Worker
+
+    from .handle import JobHandle
 
 __all__ = ["coded", "report_of", "rewrite_reports"]
 
@@ -298,7 +301,7 @@ def _drive_layer(
             True,
         )
         try:
-            out: dict[Any, Any] = job.result(warn=False)
+            out: dict[Any, Any] = _result_while_wanted(job, worker)
         finally:
             report = jsonable(job.report.to_dict())
             worker.log_event(REPORT_TOPIC, {"driver": token, "report": report})
@@ -415,6 +418,31 @@ def _find_map(collection: Any) -> MapCall:
             f"chunks failed ({type(exc).__name__}: {exc}); run it with plain Dask "
             "(y.compute()), or pass fallback='plain' to get it back unchanged"
         ) from exc
+
+
+#: seconds between a driver's checks that its own task is still wanted
+_WATCH = 0.25
+
+
+def _result_while_wanted(job: JobHandle, worker: Worker) -> Any:
+    """``job.result(warn=False)`` in a driver task, cancelling the job once the driver's
+    own task is no longer wanted: its caller went away (Ctrl-C, the collection's future
+    cancelled or released, the client closed), and the scheduler told this worker to
+    forget the task, which it cannot stop (a running thread). Without this the job would
+    run its copies to the end for nobody."""
+    from distributed.worker import thread_state
+
+    key = getattr(thread_state, "key", None)
+    while True:
+        try:
+            return job.result(_WATCH, warn=False)
+        except TimeoutError:
+            ts = worker.state.tasks.get(key) if key is not None else None
+            if key is not None and (ts is None or ts.state in ("cancelled", "released")):
+                job.cancel()
+                raise concurrent.futures.CancelledError(
+                    f"coded job {job.token}: its driver task is no longer wanted"
+                ) from None
 
 
 #: the event-log topic of the warnings of the jobs a client started (+ the client's id)
@@ -540,7 +568,7 @@ def _drive(
         )
         AVOID_WORKERS.reset(avoid)
         try:
-            out = job.result(warn=False)
+            out = _result_while_wanted(job, get_worker())
         finally:
             report = jsonable(job.report.to_dict())
             get_worker().log_event(REPORT_TOPIC, {"driver": token, "report": report})

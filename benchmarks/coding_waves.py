@@ -1,0 +1,99 @@
+"""``coding(code=...)`` on a layer of many short tasks in waves, against plain Dask.
+
+1,000 partitions of a persisted dask array on W one-thread worker processes
+(``LocalCluster(processes=True)``, its dashboard on), ``f`` a 20 ms sleep per partition,
+10x slow with probability 0 and ``--p``; plain ``y.compute()`` and the same inside
+``dask_bacc.coding(code=..., only=f)``, interleaved in a shuffled order each round, the
+cluster idle before each. Prints the median and 90th percentile of each, and their
+ratios (the layer's cost over plain Dask's)::
+
+    python benchmarks/coding_waves.py --rounds 10
+
+To compare two versions of dask-bacc in one sitting, run it from a worktree of each,
+alternating (each run's ratios are against its own plain Dask)::
+
+    git worktree add /tmp/before <commit>
+    for i in 1 2; do
+        PYTHONPATH=/tmp/before python benchmarks/coding_waves.py --tag before
+        python benchmarks/coding_waves.py --tag after
+    done
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from typing import Any
+
+import numpy as np
+from equal_resources import costly, wait_idle
+
+
+def compute(x: Any, strategy: str, unit: float, p: float) -> Any:
+    import dask_bacc
+
+    y = x.map_blocks(costly, unit, p, False, dtype=float)
+    if strategy == "plain":
+        return y.compute()
+    with dask_bacc.coding(code=strategy, only=costly):
+        return y.compute()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--n-parts", type=int, default=1000)
+    ap.add_argument("--task", type=float, default=0.02, help="seconds per partition")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--p", type=float, default=0.05, help="straggler probability (10x)")
+    ap.add_argument("--code", default="hedged")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--json", default=None, help="write the times here too")
+    args = ap.parse_args()
+
+    import dask
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    with (
+        dask.config.set({"distributed.worker.daemon": False}),
+        LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True) as cluster,
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(args.workers)
+        X = np.random.default_rng(1).standard_normal((args.n_parts * 4, 8))
+        x = da.from_array(X, chunks=(4, 8)).persist()
+        unit = args.task / 4
+        strategies = ["plain", args.code]
+        for s in strategies:  # warm-up: imports, the plugins
+            compute(x, s, unit, 0.0)
+        rng = random.Random(0)
+        out: dict[str, Any] = {"cores": os.cpu_count(), "args": vars(args), "cells": {}}
+        for p in (0.0, args.p):
+            times: dict[str, list[float]] = {s: [] for s in strategies}
+            for _ in range(args.rounds):
+                rng.shuffle(strategies)
+                for s in strategies:
+                    wait_idle(client)
+                    t0 = time.perf_counter()
+                    got = compute(x, s, unit, p)
+                    times[s].append(time.perf_counter() - t0)
+                    np.testing.assert_array_equal(got, np.tanh(X) * 2.0)
+            q = {s: (np.median(v), np.quantile(v, 0.9)) for s, v in times.items()}
+            (b50, b90), (c50, c90) = q["plain"], q[args.code]
+            print(
+                f"{args.tag} p={p:g}: plain {b50:.2f} s (p90 {b90:.2f}), {args.code} "
+                f"{c50:.2f} s (p90 {c90:.2f}): {c50 / b50:.2f}x p50, {c90 / b90:.2f}x p90",
+                flush=True,
+            )
+            out["cells"][str(p)] = times
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
