@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 import sys
+import warnings
 from collections import defaultdict
 
 import cloudpickle
@@ -422,7 +423,9 @@ class TestIdenticalToPlainDask:
     def test_identical(self, case, code):
         coll = CASES[case]()
         plain = coll.compute()
-        z = dask_bacc.coded(coll, code=code)
+        with warnings.catch_warnings():  # a reduction's case: "the tasks before it run
+            warnings.filterwarnings("ignore", "dask_bacc.coded", RuntimeWarning)  # unprotected"
+            z = dask_bacc.coded(coll, code=code)
         assert type(z) is type(coll)
         got = z.compute()
         assert_identical(got, plain)
@@ -712,3 +715,16 @@ async def test_a_caller_that_goes_away_ends_the_layer_job(c, s, *workers, code, 
     await until(lambda: not s.tasks, f"the job's tasks to leave: {list(s.tasks)[:5]}", 10)
     await go.set()
     await idle(workers)
+
+
+def test_coded_on_a_reduction_says_the_map_before_it_is_not_protected():
+    """coded(y.sum()): the final layer is the reduction's one task; the map's tasks before
+    it run as plain Dask, and coded() says so, with what to do. Not for a map itself, nor
+    for one task reading one chunk (nothing before it costs)."""
+    y = da.ones(40, chunks=4).map_blocks(affine)
+    with pytest.warns(RuntimeWarning, match="tasks before it run unprotected"):
+        dask_bacc.coded(y.sum(), code="repetition")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dask_bacc.coded(y, code="repetition")
+        dask_bacc.coded(da.ones(4, chunks=4).map_blocks(affine), code="repetition")

@@ -236,6 +236,21 @@ def _coded_layer(
         if fallback == "plain":
             return collection
         raise
+    upstream = len(layer.graph) - len(layer.blocks)
+    if len(layer.blocks) == 1 and upstream >= 2:
+        from dask.utils import key_split
+
+        # a reduction's final task: what costs is upstream, and it runs as plain Dask
+        warnings.warn(
+            f"dask_bacc.coded(): the final layer of this {layer.name} is one task "
+            f"({key_split(layer.blocks[0])}), which alone runs with a backup copy; the "
+            f"{upstream} tasks "
+            "before it run unprotected. Apply coded() to the map before the reduction "
+            "(coded(y).sum(), not coded(y.sum())), or compute it inside "
+            "dask_bacc.coding(only=f)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     token, task = layer_driver(layer, code, code_options, timeout)
     driver = task.key
     graph: dict[Any, Any] = {driver: task}
