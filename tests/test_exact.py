@@ -273,3 +273,61 @@ async def test_array_subclass_results_are_refused(c, s, *workers, func, code):
     with pytest.raises(TypeError, match="plain NumPy arrays"):
         await dask_bacc.map_coded(func, X, n_blocks=2, code=code, transform="log", client=c)
     await assert_no_bacc_tasks(s)
+
+
+# -- NaN and inf under the codes that copy blocks (issue 40, item 5) ------------------------
+def quiet_log(block):
+    """``np.log``, without the warning for negatives (NaN) and zeros (-inf)."""
+    with np.errstate(all="ignore"):
+        return np.log(block)
+
+
+def nan_data():
+    X = np.random.default_rng(40).uniform(-1.0, 2.0, (8, 2))
+    X[0, 0], X[3, 1], X[5, 0] = np.nan, np.inf, 0.0
+    return X
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", ["repetition", "hedged", "speculative"])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 8)
+async def test_codes_that_copy_blocks_pass_nan_and_inf_as_plain_dask(c, s, *workers, code):
+    """NaN and inf in the data and in f's output (log of negatives and of zero) come back
+    where plain Dask puts them, for in-memory data, a list of blocks, a dask array and
+    data kept with encode(): an exact code that copies blocks mixes nothing."""
+    import dask.array as da
+
+    X = nan_data()
+    expected = quiet_log(X)
+    job = await dask_bacc.submit_coded(quiet_log, X, code=code, n_blocks=4, client=c)
+    np.testing.assert_array_equal(await job, expected)
+    assert job.report.failed == {} and job.report.estimate_method == "exact"
+    blocks = list(np.split(X, 4))
+    got = await (await dask_bacc.submit_coded(quiet_log, blocks, code=code, client=c))
+    for g, b in zip(got, blocks, strict=True):
+        np.testing.assert_array_equal(g, quiet_log(b))
+    x = da.from_array(X, chunks=(2, 2))
+    out = await (await dask_bacc.submit_coded(quiet_log, x, code=code, client=c))
+    np.testing.assert_array_equal(await c.compute(out) if hasattr(out, "dask") else out, expected)
+    data = await dask_bacc.encode(X, code=code, n_blocks=4, client=c)
+    np.testing.assert_array_equal(await (await data.submit(quiet_log)), expected)
+    data.release()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 8)
+async def test_codes_that_mix_blocks_still_refuse_nan(c, s, *workers):
+    """A code whose shares mix blocks would spread a NaN to every block it mixes: the data
+    is refused before anything runs, on the client (in memory) or where the share is
+    encoded (a dask array)."""
+    import dask.array as da
+
+    X = nan_data()
+    with pytest.raises(ValueError, match="NaN or inf"):
+        await dask_bacc.submit_coded(quiet_log, X, code="berrut", n_blocks=4, client=c)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        await dask_bacc.encode(X, code="systematic-spline", n_blocks=4, n_coded=6, client=c)
+    x = da.from_array(X, chunks=(2, 2))
+    job = await dask_bacc.submit_coded(np.tanh, x, code="berrut", n_coded=6, client=c)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        await job

@@ -58,13 +58,19 @@ BAD_INPUTS = [
         "real numeric",
     ),
     (
-        "NaN in input",
+        "NaN in input",  # (a code that mixes blocks; those that copy them pass NaN on)
         (np.tanh, np.array([[1.0], [np.nan], [2.0], [3.0]])),
-        {"n_blocks": 2},
+        {"n_blocks": 2, "code": "berrut"},
         ValueError,
         "NaN or inf",
     ),
-    ("inf in list", (np.tanh, [np.ones(2), np.array([np.inf, 1])]), {}, ValueError, "NaN or inf"),
+    (
+        "inf in list",
+        (np.tanh, [np.ones(2), np.array([np.inf, 1])]),
+        {"code": "berrut"},
+        ValueError,
+        "NaN or inf",
+    ),
     ("non-callable func", ("tanh", X), {"n_blocks": 2}, TypeError, "callable"),
     ("empty array", (np.tanh, np.empty((0, 3))), {}, ValueError, "empty"),
     ("empty list", (np.tanh, []), {}, ValueError, "empty"),
@@ -164,7 +170,9 @@ async def test_oversubscribe_warns_when_configured(c, s, *workers):
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=FOUR)
 async def test_nan_in_dask_array_fails_with_value_error(c, s, *workers):
+    """Under a code that mixes blocks (the exact codes that copy them pass NaN through:
+    test_exact.py)."""
     x = da.from_array(np.array([[1.0], [np.nan], [2.0], [3.0]]), chunks=(2, 1))
-    job = await dask_bacc.submit_coded(np.tanh, x, client=c, n_coded=3)
+    job = await dask_bacc.submit_coded(np.tanh, x, client=c, n_coded=3, code="berrut")
     with pytest.raises(ValueError, match="NaN or inf"):
         await job

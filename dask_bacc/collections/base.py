@@ -159,6 +159,15 @@ class Blocks:
         """
         return func
 
+    def check_finite(self) -> None:
+        """Raise ``ValueError`` when the blocks (``local`` adapters) hold NaN or inf: a
+        code that mixes blocks would spread them to every block it mixes. The runtime
+        calls it for those codes only; a code that copies blocks (repetition, hedged,
+        speculative) passes NaN and inf through, as plain Dask does. Adapters whose
+        blocks are on the cluster check the shares where they are encoded."""
+        if self.local:
+            refuse_nonfinite(self.stacked(), "data")
+
     def stacked(self) -> np.ndarray:
         """The K blocks as one (K, ...) array (``local`` adapters only)."""
         raise NotImplementedError(f"{type(self).__name__} keeps its blocks on the cluster")
@@ -176,4 +185,13 @@ class Blocks:
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} K={self.K} block_shape={self.block_shape} dtype={self.dtype}>"
+        )
+
+
+def refuse_nonfinite(arr: np.ndarray, what: str) -> None:
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise ValueError(
+            f"{what} contains NaN or inf; a code that mixes blocks needs finite data (the "
+            "exact codes that copy blocks, repetition, hedged and speculative, pass them "
+            "through)"
         )

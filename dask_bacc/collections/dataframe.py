@@ -874,6 +874,11 @@ class PandasBlocks(_FrameBlocks):
     gather_output = True
     lengths: list[int]  # known from the start
 
+    def check_finite(self) -> None:
+        """Nothing to do: :func:`numeric_values` refused NaN/NA and inf already, naming
+        the columns (under every code, for now: a missing value of a nullable column has
+        no float that plain Dask's answer would keep)."""
+
     def __init__(
         self,
         data: Frame,

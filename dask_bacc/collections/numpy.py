@@ -7,7 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from .base import Blocks, beyond_float64, check_dtype, combine_rule, rounding_message
+from .base import (
+    Blocks,
+    beyond_float64,
+    check_dtype,
+    combine_rule,
+    refuse_nonfinite,
+    rounding_message,
+)
 
 __all__ = ["ListBlocks", "NumpyBlocks", "default_n_blocks"]
 
@@ -18,11 +25,6 @@ def default_n_blocks(rows: int, max_blocks: int) -> int:
         if rows % k == 0:
             return k
     return 1
-
-
-def _check_finite(arr: np.ndarray, what: str) -> None:
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise ValueError(f"{what} contains NaN or inf; coded computing needs finite data")
 
 
 class NumpyBlocks(Blocks):
@@ -46,7 +48,6 @@ class NumpyBlocks(Blocks):
         if rows == 0 or arr.size == 0:
             raise ValueError(f"data is empty (shape {arr.shape})")
         K = _resolve_k(rows, n_blocks, blocks, max_blocks)
-        _check_finite(arr, "data")
         super().__init__(K, (rows // K, *arr.shape[1:]), arr.dtype)
         self.data = arr
 
@@ -86,7 +87,6 @@ class ListBlocks(NumpyBlocks):
             )
         for j, a in enumerate(arrays):
             check_dtype(a.dtype, f"block {j}")
-            _check_finite(a, f"block {j}")
         dtype = np.result_type(*arrays)
         if dtype.kind == "f":
             _refuse_rounding(arrays)
@@ -95,6 +95,10 @@ class ListBlocks(NumpyBlocks):
 
     def split(self) -> list[np.ndarray]:
         return self.arrays
+
+    def check_finite(self) -> None:
+        for j, a in enumerate(self.arrays):
+            refuse_nonfinite(a, f"block {j}")
 
     def stacked(self) -> np.ndarray:
         return np.stack(self.arrays)

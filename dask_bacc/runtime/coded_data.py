@@ -41,7 +41,13 @@ from .graph import TaskSpec, submit_graph
 from .handle import sync_guarded
 from .job import CodedJob
 from .keys import function_key
-from .launch import SharedLaunch, SpeculativeLaunch, check_encoded, mixes_exactly
+from .launch import (
+    SharedLaunch,
+    SpeculativeLaunch,
+    check_encoded,
+    mixes_blocks,
+    mixes_exactly,
+)
 from .placement import choose_workers
 from .speculative import Speculation, backup_code, speculative_job
 from .submit import (
@@ -114,9 +120,13 @@ class CodedData:
         call's answer; it raises instead."""
         code = self.code
         recipes: list[tuple[Callable[..., Any], tuple[Any, ...]]]
+        mixes = mixes_blocks(code)
+        if mixes:
+            self.blocks.check_finite()
         if self.blocks.local:
             coded = code.shares(self.blocks.stacked())
-            check_encoded(coded)
+            if mixes:
+                check_encoded(coded)
             recipes = [(hold_share, (coded[i],)) for i in range(code.N)]
         else:
             self._chunks = await self.blocks.to_futures(self.client)

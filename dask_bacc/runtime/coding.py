@@ -320,7 +320,7 @@ class coding:  # lower case, as dask.config.set and dask.annotate
         every = set(blocks)
         for key, node in list(graph.items()):
             if key not in every and every <= node.dependencies:
-                graph[key] = node.substitute(picks)
+                graph[key] = node.substitute(picks, key)  # (an Alias keeps its key)
         graph.update(cast("dict[Key, GraphNode]", picks))  # (culled where nothing reads one)
         graph[driver.key] = driver
         return token

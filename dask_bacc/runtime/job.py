@@ -48,7 +48,7 @@ from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .handle import JobHandle, describe
-from .launch import ClientBlocks, CodedLaunch, Launch
+from .launch import ClientBlocks, CodedLaunch, Launch, mixes_blocks
 from .placement import silent_workers, waiting_on_silent
 from .quality import JobQuality
 from .report import JobReport, split_redundant
@@ -423,11 +423,12 @@ class CodedJob(JobHandle):
         backup: bool = False,
         round: int = 1,
     ) -> TaskSpec:
-        """Coded task ``i``: ``func`` on ``share``, strictly pinned to its worker."""
+        """Coded task ``i``: ``func`` on ``share``, strictly pinned to its worker (NaN or
+        inf in its result refused only when the code mixes blocks)."""
         return TaskSpec(
             keys.eval_key(self.token, i, backup, round),
             eval_task,
-            (self.token, i, self.seq, self.func, share, call),
+            (self.token, i, self.seq, self.func, share, call, mixes_blocks(self.code)),
             workers=[self.workers[i]],
         )
 

@@ -99,9 +99,13 @@ class CodedLaunch(Launch):
         code, blocks = job.code, job.blocks
         self._call = call
         E = self._E = code.encoding_matrix()
+        mixes = mixes_blocks(code)
+        if mixes:
+            blocks.check_finite()
         if inline(job):
             self._shares = code.shares(blocks.stacked())
-            check_encoded(self._shares)
+            if mixes:
+                check_encoded(self._shares)
         elif blocks.local:
             arrays = local_arrays(blocks)
             exact = mixes_exactly(code)
@@ -140,6 +144,7 @@ class CodedLaunch(Launch):
             self._call,
             mixes_exactly(job.code),
             job.sent is not None,  # private: a block sent from here, read by other shares
+            mixes_blocks(job.code),  # finite: NaN/inf refused in the share and the result
         )
         key = keys.eval_key(job.token, i, round=round)
         return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
@@ -291,6 +296,14 @@ def mixes_exactly(code: Code) -> str | None:
     """The name of ``code`` if it is exact while its shares mix blocks in float64
     (Lagrange: integers beyond 2**53 must be refused where they are encoded), else None."""
     return code.name if code.exact and not code.keeps_dtype else None
+
+
+def mixes_blocks(code: Code) -> bool:
+    """Whether some share of ``code`` mixes blocks (a row of E that is not a unit row):
+    NaN or inf in a block would spread to the others through it, and a mixed result with
+    NaN cannot be decoded. A code that only copies blocks (repetition, the backup codes)
+    passes NaN and inf through, in the data and in f's output, as plain Dask does."""
+    return len(code.data_rows()) < code.N
 
 
 def check_encoded(shares: list[NDArray[Any]]) -> None:
@@ -479,7 +492,9 @@ class SpeculativeLaunch(Launch):
         if job.sent is None:
             return job.eval_spec(i, chunk, self._call, backup=i >= K, round=round)
         # a block sent from here: its own copy, as CodedLaunch's (encode_eval_task)
-        args = (job.token, i, job.seq, job.func, np.ones(1), [chunk], self._call, None, True)
+        args = (
+            job.token, i, job.seq, job.func, np.ones(1), [chunk], self._call, None, True, False
+        )  # fmt: skip
         key = keys.eval_key(job.token, i, backup=i >= K, round=round)
         return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
 

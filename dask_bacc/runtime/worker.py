@@ -491,7 +491,8 @@ def encode_task(weights: FloatArray, *chunks: NDArray[Any], exact: str | None = 
     chunks beyond 2**53, which the float64 mix would round under an exact label, are
     refused (``InvalidInput``, the job's ``ValueError``)."""
     share: Share
-    if len(chunks) == 1 and weights[0] == 1.0:
+    copy = len(chunks) == 1 and weights[0] == 1.0
+    if copy:
         share = np.asarray(chunks[0])  # a copy of X_j: keep its dtype, no arithmetic
     else:
         if exact is not None:
@@ -500,8 +501,11 @@ def encode_task(weights: FloatArray, *chunks: NDArray[Any], exact: str | None = 
         share = weighted_sum(weights, chunks)
     if share.dtype.kind not in "biuf":
         raise InvalidInput(f"input chunks must be real numeric, got dtype {share.dtype}")
-    if share.dtype.kind == "f" and not np.isfinite(share).all():
-        raise InvalidInput("input chunks contain NaN or inf; coded computing needs finite data")
+    # a copy passes NaN/inf on as plain Dask would; a mix would spread them
+    if not copy and share.dtype.kind == "f" and not np.isfinite(share).all():
+        raise InvalidInput(
+            "input chunks contain NaN or inf; a code that mixes blocks needs finite data"
+        )
     return share
 
 
@@ -513,9 +517,11 @@ def eval_task(
     func: Callable[..., Any],
     share: Share,
     call: tuple[tuple[Any, ...], dict[str, Any]],
+    finite: bool = True,
 ) -> NDArray[Any] | EvalFailure | None:
     """Evaluate ``func(share, *args, **kwargs)`` for ``call = (args, kwargs)`` and check
-    that the result can be decoded.
+    that the result can be decoded (``finite``: without NaN or inf, for a code that mixes
+    blocks; a code that copies them passes f's NaN and inf on, as plain Dask does).
 
     Returns ``None`` without calling ``func`` when the job already decoded. After ``func``
     the worker's :class:`EvalHook` plugins are called, if any (their waits end early when
@@ -557,7 +563,7 @@ def eval_task(
     if isinstance(out, EvalFailure):
         return out
     try:
-        return check_result(out)
+        return check_result(out, finite)
     except InvalidResult as exc:
         return EvalFailure.of(exc)
 
@@ -572,12 +578,14 @@ def encode_eval_task(
     call: tuple[tuple[Any, ...], dict[str, Any]],
     exact: str | None = None,
     private: bool = False,
+    finite: bool = True,
 ) -> NDArray[Any] | EvalFailure | None:
     """Encode share ``index`` from the input chunks it mixes (``exact``: as in
     :func:`encode_task`), then :func:`eval_task` on it (data on the cluster: one task per
     coded share, no separate encode task).
 
-    ``private``: a share that is one chunk itself is copied first. For the blocks a job
+    ``finite``: as in :func:`eval_task`. ``private``: a share that is one chunk itself is
+    copied first. For the blocks a job
     sent from the client, which other shares read too (a repetition's other copy, on an
     in-process cluster the very same object): an ``f`` that writes to its input must not
     change what they read, as when every task had its own share in its spec."""
@@ -586,7 +594,7 @@ def encode_eval_task(
     share = encode_task(weights, *chunks, exact=exact)
     if private and len(chunks) == 1 and share is chunks[0]:
         share = np.array(share, copy=True)
-    return eval_task(token, index, seq, func, share, call)
+    return eval_task(token, index, seq, func, share, call, finite)
 
 
 @dataclass
@@ -642,9 +650,10 @@ def _picklable(exc: BaseException) -> BaseException | None:
     return exc
 
 
-def check_result(out: object) -> NDArray[Any]:
+def check_result(out: object, finite: bool = True) -> NDArray[Any]:
     """A result is decodable when it is a plain (not a subclass), real numeric array with
-    finite entries."""
+    finite entries (``finite=False``: NaN and inf allowed, for a code that only copies
+    blocks)."""
     if isinstance(out, np.ndarray) and type(out) is not np.ndarray:
         # np.asarray would drop what makes it a subclass (a mask, units) without a word
         what = f"{type(out).__module__}.{type(out).__name__}"
@@ -660,7 +669,7 @@ def check_result(out: object) -> NDArray[Any]:
         raise InvalidResult(f"result of type {type(out).__name__} is not an array: {exc}") from exc
     if arr.dtype.kind not in "biuf":
         raise InvalidResult(f"result has dtype {arr.dtype}; coded results must be real numeric")
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+    if finite and arr.dtype.kind == "f" and not np.isfinite(arr).all():
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise NonFiniteResult(f"result contains {bad} NaN/inf value(s)")
     return arr
