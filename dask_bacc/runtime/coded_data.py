@@ -88,10 +88,11 @@ class CodedData:
         The worker each share was placed on at encoding time.
     auto : dict or None
         ``encode(n_coded="auto")``: what was chosen and why (as ``report.auto``).
-    backups : Speculation or None
-        ``encode(code="hedged")`` (or ``"speculative"``): the shares are the K blocks
+    backups : object or None
+        ``encode(code="hedged")`` (or ``"speculative"``): the backup rule (a
+        ``dask_bacc.runtime.speculative.Speculation``); the shares are the K blocks
         themselves (``code`` is the identity, N = K), and each call backs up its late
-        evals by this rule, as :func:`~dask_bacc.map_coded` does.
+        evals by this rule, as :func:`~dask_bacc.map_coded` does. None for other codes.
     """
 
     auto: dict[str, Any] | None = None

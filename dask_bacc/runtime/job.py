@@ -48,7 +48,7 @@ from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .handle import JobHandle, describe
-from .launch import ClientBlocks, CodedLaunch, Launch, mixes_blocks
+from .launch import ClientBlocks, CodedLaunch, Launch
 from .placement import silent_workers, waiting_on_silent
 from .quality import JobQuality
 from .report import JobReport, split_redundant
@@ -360,6 +360,8 @@ class CodedJob(JobHandle):
         self.quality = JobQuality(self)  # sketches, error estimate, corrupted results
         #: coded index -> block, for the shares that are a block's own data
         self._data_rows = code.data_rows()
+        #: some share mixes blocks (a row of E that is not a unit row): NaN/inf are refused
+        self.mixes = len(self._data_rows) < code.N
         #: the coded task standing for each block in an uncoded run (None: no such tasks)
         self._plain = plain_shares(self._data_rows, code.K)
         self.report.plain_shares = list(self._plain or [])
@@ -428,7 +430,7 @@ class CodedJob(JobHandle):
         return TaskSpec(
             keys.eval_key(self.token, i, backup, round),
             eval_task,
-            (self.token, i, self.seq, self.func, share, call, mixes_blocks(self.code)),
+            (self.token, i, self.seq, self.func, share, call, self.mixes),
             workers=[self.workers[i]],
         )
 

@@ -99,12 +99,11 @@ class CodedLaunch(Launch):
         code, blocks = job.code, job.blocks
         self._call = call
         E = self._E = code.encoding_matrix()
-        mixes = mixes_blocks(code)
-        if mixes:
+        if job.mixes:
             blocks.check_finite()
         if inline(job):
             self._shares = code.shares(blocks.stacked())
-            if mixes:
+            if job.mixes:
                 check_encoded(self._shares)
         elif blocks.local:
             arrays = local_arrays(blocks)
@@ -144,7 +143,7 @@ class CodedLaunch(Launch):
             self._call,
             mixes_exactly(job.code),
             job.sent is not None,  # private: a block sent from here, read by other shares
-            mixes_blocks(job.code),  # finite: NaN/inf refused in the share and the result
+            job.mixes,  # finite: NaN/inf refused in the share and the result
         )
         key = keys.eval_key(job.token, i, round=round)
         return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
