@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import inspect
 import operator
+import threading
 import traceback
 import uuid
 import warnings
@@ -444,20 +445,34 @@ def _result_while_wanted(job: JobHandle, worker: Worker) -> Any:
     own task is no longer wanted: its caller went away (Ctrl-C, the collection's future
     cancelled or released, the client closed), and the scheduler told this worker to
     forget the task, which it cannot stop (a running thread). Without this the job would
-    run its copies to the end for nobody."""
+    run its copies to the end for nobody.
+
+    Waits on a thread event the job's loop sets as it ends (no timed-out waits: their
+    exceptions' tracebacks would hold the job, and its tasks, until a garbage
+    collection)."""
     from distributed.worker import thread_state
 
     key = getattr(thread_state, "key", None)
-    while True:
-        try:
-            return job.result(_WATCH, warn=False)
-        except TimeoutError:
-            ts = worker.state.tasks.get(key) if key is not None else None
-            if key is not None and (ts is None or ts.state in ("cancelled", "released")):
-                job.cancel()
-                raise concurrent.futures.CancelledError(
-                    f"coded job {job.token}: its driver task is no longer wanted"
-                ) from None
+    ended = threading.Event()
+
+    def arm() -> None:  # on the client's loop, where the job's task runs
+        task = job._task
+        if task is None or task.done():
+            ended.set()
+        else:
+            task.add_done_callback(lambda _: ended.set())
+
+    loop = job.client.loop
+    assert loop is not None  # a worker's client runs on the worker's loop
+    loop.add_callback(arm)
+    while not ended.wait(_WATCH):
+        ts = worker.state.tasks.get(key) if key is not None else None
+        if key is not None and (ts is None or ts.state in ("cancelled", "released")):
+            job.cancel()
+            raise concurrent.futures.CancelledError(
+                f"coded job {job.token}: its driver task is no longer wanted"
+            )
+    return job.result(warn=False)
 
 
 #: the event-log topic of the warnings of the jobs a client started (+ the client's id)
