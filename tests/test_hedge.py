@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 
 import cloudpickle
 import dask
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from test_coding import held_primary  # block 0's primary waits for its Event
 
 import dask_bacc
+import dask_bacc.diagnostics
 from dask_bacc.diagnostics.latency import TaskTimes
 from dask_bacc.runtime.launch import backup_workers, plan_backups
 from dask_bacc.runtime.speculative import Speculation
@@ -363,6 +365,27 @@ def test_layer_entry_points_hedge_a_held_task(client, entry, n_chunks):
     assert 0 in rep.straggled and 0 not in rep.returned
     h = rep.hedge
     assert h["launched"] >= 1 and h["won"] >= 1 and h["threshold"] is not None
+    # the job is on /bacc and in stats.json like a map_coded job: its code, its K, the
+    # held primary given up, a backup used, and what hedging did
+    stats = _closed_stats(client, rep.token)
+    assert (stats["code"], stats["K"], stats["status"]) == ("hedged", n_chunks, "finished")
+    assert stats["func"] == "held_primary"
+    outcome = {t["index"]: t["outcome"] for t in stats["tasks"]}
+    assert outcome[0] == "cancelled"
+    assert [i for i, o in outcome.items() if i % n_chunks == 0 and o == "used"]
+    assert all(o == "used" for i, o in outcome.items() if 0 < i < n_chunks)
+    assert stats["used"] == n_chunks and stats["straggled"] >= 1
+    assert stats["hedge"]["launched"] == h["launched"]
+
+
+def _closed_stats(client, token):
+    """The scheduler plugin's stats of job ``token`` once it is closed."""
+    for _ in range(600):
+        stats = dask_bacc.diagnostics.get_stats(client, token)
+        if stats is not None and stats["closed"]:
+            return stats
+        time.sleep(0.05)
+    raise AssertionError(f"job {token} not closed on the scheduler: {stats}")
 
 
 @pytest.mark.slow

@@ -45,7 +45,10 @@ class Layer:
     output_of : dict
         Block key -> the output keys it gives.
     name : str
-        What the collection is, for messages and reports (``"dask.array.Array"`` ...).
+        What the collection is, for messages (``"dask.Array"`` ...).
+    function : str, optional
+        What its tasks do, for reports and the dashboard: the function a ``coding()``
+        block selected, or the output's key name (``"sin"`` for ``x.map_blocks(np.sin)``).
     """
 
     graph: dict[Key, GraphNode]
@@ -53,6 +56,7 @@ class Layer:
     blocks: list[Key]
     output_of: dict[Key, list[Key]]
     name: str
+    function: str | None = None
     _postpersist: tuple[Callable[..., Any], tuple[Any, ...]] | None = field(
         default=None, repr=False
     )
@@ -78,7 +82,9 @@ class Layer:
     def without_collection(self) -> Layer:
         """This layer without the collection's rebuild function (what a driver task needs:
         the graph and the keys)."""
-        return Layer(self.graph, self.outputs, self.blocks, self.output_of, self.name)
+        return Layer(
+            self.graph, self.outputs, self.blocks, self.output_of, self.name, self.function
+        )
 
 
 def renamed(key: Key, tag: str) -> Key:
@@ -159,6 +165,7 @@ def final_layer(collection: Any) -> Layer:
     from dask._task_spec import Alias, Task, convert_legacy_graph
     from dask.base import collections_to_expr
     from dask.core import flatten
+    from dask.utils import key_split
 
     if not dask.is_dask_collection(collection):
         raise RewriteError(f"expected a dask collection, got {type(collection).__name__}")
@@ -182,6 +189,7 @@ def final_layer(collection: Any) -> Layer:
         list(output_of),
         output_of,
         f"{kind.__module__.split('.')[0]}.{kind.__name__}",
+        key_split(outputs[0]) if outputs else None,
         collection.__dask_postpersist__(),
     )
 

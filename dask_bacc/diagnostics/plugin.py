@@ -36,6 +36,9 @@ PLUGIN_NAME = "bacc-diagnostics"
 HANDLER = "bacc_job"
 
 _TERMINAL = frozenset({"landed", "failed", "cancelled"})
+#: the task keys a job is followed by: a coded job's evals, backups and decode, and the
+#: primaries and copies of an exact layer job (``coded()``, ``coding()``, dataframes)
+_TRACKED = frozenset({"eval", "backup", "decode", "primary", "copy"})
 #: the figures of JobStats.counts()
 COUNTS = ("landed", "used", "late", "excluded", "cancelled", "failed", "running", "pending")
 #: task outcomes counted in the Prometheus metrics
@@ -470,7 +473,7 @@ class BaccDiagnostics(SchedulerPlugin):
         if not key[0].startswith("bacc-"):
             return
         parsed = parse_key(key)
-        if parsed is None or parsed.kind not in ("eval", "backup", "decode"):
+        if parsed is None or parsed.kind not in _TRACKED:
             return
         kind, token, rnd = parsed.kind, parsed.token, parsed.round
         now = time()
@@ -479,6 +482,14 @@ class BaccDiagnostics(SchedulerPlugin):
         if job is None:
             return
         index = int(key[1])
+        if kind in ("primary", "copy"):
+            # exact copies of a layer's tasks (runtime.redundant): copy c of block b is
+            # task b + c * K in the job's report, a primary an eval, a copy a backup
+            if kind == "copy":
+                if job.K is None:
+                    return  # the job's start message never came: no index to give it
+                index += rnd * job.K
+            kind = "eval" if kind == "primary" else "backup"
         if kind in ("eval", "backup"):
             self._coded_transition(job, kind, index, key, finish, now, kwargs)
         elif kind == "decode":

@@ -312,7 +312,14 @@ class coding:  # lower case, as dask.config.set and dask.annotate
 
         needed = _ancestors(graph, blocks)
         sub = _inline_aliases({k: graph[k] for k in graph if k in needed}, set())
-        layer = Layer(sub, list(blocks), list(blocks), {b: [b] for b in blocks}, found.function)
+        layer = Layer(
+            sub,
+            list(blocks),
+            list(blocks),
+            {b: [b] for b in blocks},
+            found.function,
+            found.function,
+        )
         token, driver = layer_driver(layer, self.code, self.code_options, self.timeout)
         picks: dict[Key, Key | GraphNode] = {
             b: Task(b, operator.getitem, TaskRef(driver.key), DataNode(None, b)) for b in blocks

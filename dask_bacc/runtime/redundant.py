@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.client import FutureCancelledError
 
-from .. import config
+from .. import config, diagnostics
 from ..collections.layer import Layer
 from ..exceptions import InsufficientResults
 from . import _dist, keys
@@ -151,7 +151,7 @@ class RedundantJob(JobHandle):
         self.prior: Prior | None = None  # hedging: what earlier jobs of the function took
         self.report = JobReport(
             token=self.token,
-            func=layer.name,
+            func=layer.function or layer.name,
             code={"name": name, "K": K, "layer": True, **asdict(policy)},
             K=K,
             N=K,
@@ -179,6 +179,8 @@ class RedundantJob(JobHandle):
         self._checked = -math.inf  # when the late-copy rule last looked
         self._ac: _dist.FutureQueue | None = None
         self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
+        #: the job's link to the scheduler plugin (``/bacc``, metrics), as a CodedJob's
+        self._monitor: diagnostics.JobMonitor | None = None
 
     def __repr__(self) -> str:
         return (
@@ -212,7 +214,12 @@ class RedundantJob(JobHandle):
             for b in range(K)
         ]
         primaries, backups = place_copies(self.workers, [None] * K, self._held)
-        nodes: dict[Key, GraphNode] = {k: v for k, v in layer.graph.items() if k not in block_set}
+        # an output that is an alias of a block (a dask array's) is given by the block's
+        # winner (``output_of``): not a task, and no reader that keeps the block's key
+        given = {out for outs in layer.output_of.values() for out in outs}
+        nodes: dict[Key, GraphNode] = {
+            k: v for k, v in layer.graph.items() if k not in block_set and k not in given
+        }
         free: dict[Key, GraphNode] = {}  # primaries Dask places next to their data
         pinned: dict[Key, GraphNode] = {}  # primaries with no input yet: spread by us
         where_to: dict[Key, list[str]] = {}
@@ -220,7 +227,7 @@ class RedundantJob(JobHandle):
         # computed by another graph with another spec (a primary is wrapped to say when
         # it starts), and the scheduler must never see one key with two specs. A block
         # another task of the graph reads keeps its key.
-        read = {d for node in layer.graph.values() for d in node.dependencies}
+        read = {d for node in nodes.values() for d in node.dependencies}
         primary_key = [
             key if key in read else keys.primary_key(self.token, b)
             for b, key in enumerate(layer.blocks)
@@ -260,16 +267,22 @@ class RedundantJob(JobHandle):
         graph = _graph(
             nodes, free, pinned, copies, where_to, Repetition.priority, loose=not self._fenced
         )
-        # before the graph, on the same stream: no start event is missed
-        _dist.subscribe_topic(self.client, keys.start_topic(self.token), self._on_start)
-        wanted = [*primary_key, *copies, *data_outputs, *keep_inputs]
-        futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
-        for b, key in enumerate(primary_key):
-            self._track(b, 0, futures[key])
-        for ck, (b, c, q) in planned.items():
-            self._launched(b, c, q, futures[ck])
-        self._data = {k: futures[k] for k in data_outputs}
-        self._deps = {d: futures[d] for d in keep_inputs}
+        # the plugin hears of the job before its tasks (one stream), as for a CodedJob
+        self._monitor = await diagnostics.start_job(self)
+        with self._monitor.submitting():
+            # before the graph, on the same stream: no start event is missed
+            _dist.subscribe_topic(self.client, keys.start_topic(self.token), self._on_start)
+            wanted = [*primary_key, *copies, *data_outputs, *keep_inputs]
+            futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
+            for b, key in enumerate(primary_key):
+                self._track(b, 0, futures[key])
+            for ck, (b, c, q) in planned.items():
+                self._launched(b, c, q, futures[ck])
+            self._data = {k: futures[k] for k in data_outputs}
+            self._deps = {d: futures[d] for d in keep_inputs}
+        # the loop outside the span: an asyncio task keeps the context it was made in, and
+        # the dask-expr collection it rebuilds would warn of the span's annotations (the
+        # late copies it launches are outside the span)
         self._task = asyncio.ensure_future(self._run())
 
     def _copy_nodes(
@@ -304,11 +317,9 @@ class RedundantJob(JobHandle):
         """Input key -> {worker: its bytes} for the inputs already in memory."""
         if not needed:
             return {}
-        sched = _dist.scheduler(self.client)
-        who = await _dist.who_has(self.client, needed)
-        held = [k for k, ws in who.items() if ws]
-        sizes: dict[Key, int] = await sched.nbytes(keys=held, summary=False) if held else {}
-        return {k: dict.fromkeys(who[k], max(int(sizes.get(k, 1)), 1)) for k in held}
+        # one call that reads both: between a who_has and an nbytes call a key may be
+        # released (the scheduler's nbytes raises for it)
+        return await _dist.run_on_scheduler(self.client, _holders, needed)
 
     def _track(self, b: int, copy: int, fut: Future[Any]) -> None:
         self._copies[b][copy] = fut
@@ -381,6 +392,11 @@ class RedundantJob(JobHandle):
             for out in self.layer.output_of[key]
         }
         values.update(self._data)
+        return await self._build_output(values)
+
+    async def _build_output(self, values: dict[Key, Future[Any]]) -> Any:
+        """The job's output from ``values`` (each output key of the layer -> the future
+        that gives it): their values (``gather``), or the collection rebuilt on them."""
         if self.gather:
             got = await _dist.gather(self.client, list(values.values()))
             return dict(zip(values, got, strict=True))
@@ -415,9 +431,7 @@ class RedundantJob(JobHandle):
     @property
     def func_key(self) -> str:
         """The name the hedging rule's prior is kept under: the layer's function."""
-        from dask.utils import key_split
-
-        return f"layer:{key_split(self.layer.name)}"
+        return f"layer:{self.report.func}"
 
     def _settle_backups(self) -> None:
         """The backups' outcomes into ``report.hedge``; the winners' run times and those
@@ -451,6 +465,8 @@ class RedundantJob(JobHandle):
             self.report.returned.append(i)
             self.report.arrival[i] = now
             self.report.slowest_used = now
+            if self._monitor is not None:
+                self._monitor.arrived(len(self._winner))
             if (b, copy) in self._started_at:  # the winner's run time, whichever copy
                 self._durations.append(now - self._started_at[b, copy])
             for w in self._on[b].values():
@@ -622,6 +638,8 @@ class RedundantJob(JobHandle):
         ]
         self._finished = True
         self._done_event.set()
+        if self._monitor is not None:
+            self._monitor.finished()  # progress bar, report to the scheduler plugin
         if self._unpinning is not None:
             self._unpinning.cancel()
         _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
@@ -633,6 +651,17 @@ class RedundantJob(JobHandle):
         self._deps, self._copies, self._winner, self._data = {}, {}, {}, {}
         self._index_of = {}
         self._ac = None
+
+
+def _holders(keys: list[Key], dask_scheduler: Any = None) -> dict[Key, dict[str, int]]:
+    """On the scheduler: input key -> {worker: its bytes} for the keys in memory."""
+    out = {}
+    for key in keys:
+        ts = dask_scheduler.tasks.get(key)
+        if ts is not None and ts.who_has:
+            size = max(int(ts.nbytes), 1)
+            out[key] = {ws.address: size for ws in ts.who_has}
+    return out
 
 
 def _lost_worker(exc: BaseException | None) -> bool:

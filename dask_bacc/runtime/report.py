@@ -342,6 +342,12 @@ class JobReport:
             + (f", backups {len(self.backups)}" if self.backups else "")
             + (f", rerouted {len(self.rerouted)}" if self.rerouted else ""),
         ]
+        waves = self.code.get("waves")
+        if waves:
+            lines.append(
+                f"  in waves: K={self.K} blocks on {waves['workers']} workers (one worker per "
+                f"task, as a coded job runs them, needs {waves['needs']})"
+            )
         savings = self.savings_line()
         if savings:
             lines.append(f"  {savings}")

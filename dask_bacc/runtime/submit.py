@@ -47,6 +47,7 @@ from .speculative import (
     speculative_placement,
 )
 from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
+from .waves import BlocksJob, in_waves, submit_waves
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -477,7 +478,7 @@ async def _submit(
     avoid: tuple[str, ...] = (),
     transform: Transform | None = None,
     error: float | None = None,
-) -> CodedJob | RedundantJob:
+) -> CodedJob | RedundantJob | BlocksJob:
     timeout = resolve_timeout(timeout)
     coded_job = n_coded is not None or wait is not None or adversaries or transform is not None
     if runs_as_layer(code, data) and not coded_job and error is None:
@@ -493,6 +494,21 @@ async def _submit(
         data_blocks = adapt(data, **labels)
     else:
         data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
+    if in_waves(code, data_blocks.K, n_workers) and not coded_job and error is None:
+        # more blocks than a coded job can give a worker each: copies in waves instead
+        return await submit_waves(
+            client,
+            data_blocks,
+            func,
+            args,
+            kwargs,
+            str(code),
+            code_options,
+            timeout,
+            workers,
+            avoid,
+            combine,
+        )
     backups = backup_code(code)
     if backups is not None:
         if adversaries:
