@@ -434,6 +434,26 @@ class TestIdenticalToPlainDask:
         assert rep.K == len(final_layer(coll).blocks)
         assert sorted(i % rep.K for i in rep.returned) == list(range(rep.K))
 
+    @pytest.mark.parametrize("code", ["repetition", "hedged", "berrut"])
+    def test_the_same_collection_coded_the_same_way_has_the_same_keys(self, code):
+        """Dask's convention: a collection rebuilt from the same inputs and settings has
+        the same keys, so it finds the report of the computation of its twin."""
+
+        def build(**options):
+            x = da.arange(40, chunks=10, dtype="float64")
+            return dask_bacc.coded(x.map_blocks(np.sin), code=code, **options)
+
+        first, twin = build(), build()
+        assert first.name == twin.name and first.__dask_keys__() == twin.__dask_keys__()
+        assert build(timeout=99).name != first.name  # other settings: other keys
+        with dask.config.set({"bacc.poll-interval": "7ms"}):  # the driver applies bacc.*
+            assert build().name != first.name
+        got = first.compute()
+        if code != "berrut":  # (an approximate code's answer is checked elsewhere)
+            np.testing.assert_array_equal(got, np.sin(np.arange(40.0)))
+        rep = dask_bacc.report_of(twin)
+        assert rep.status == "finished" and rep.K == 4
+
     @pytest.mark.parametrize("code", CODES)
     def test_object_column_stays_object(self, code):
         with dask.config.set({"dataframe.convert-string": False}):

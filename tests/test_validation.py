@@ -85,12 +85,13 @@ BAD_INPUTS = [
         ValueError,
         r"did you mean 'berrut'.*'speculative', 'spline', 'systematic-berrut'",
     ),
-    (  # D7: the user chose K, not n_coded: say to use fewer blocks
+    (  # D7: the user chose K, not n_coded: say to use fewer blocks (an exact code that
+        # copies blocks runs them in waves instead: tests/test_waves.py)
         "more blocks than the workers can code",
         (np.tanh, X),
-        {"n_blocks": 4},
+        {"n_blocks": 4, "code": "lagrange", "code_options": {"degree": 2}},
         ValueError,
-        r"K=4 data blocks need at least N=5 .* but the cluster has 4 workers; use fewer blocks",
+        r"K=4 data blocks need at least N=\d+ .* but the cluster has 4 workers; use fewer blocks",
     ),
     ("code not str", (np.tanh, X), {"n_blocks": 2, "code": 3}, TypeError, "code"),
     (

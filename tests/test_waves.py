@@ -102,6 +102,18 @@ def test_pandas_blocks_keep_their_labels(client):
     pd.testing.assert_frame_equal(out, scaled(pdf), check_exact=True)
 
 
+def test_a_dask_backed_dataarray_keeps_its_labels(client):
+    xr = pytest.importorskip("xarray")
+    arr = xr.DataArray(
+        np.arange(48.0).reshape(16, 3),
+        dims=("time", "x"),
+        coords={"time": np.arange(16), "x": ["a", "b", "c"]},
+        name="v",
+    ).chunk({"time": 2})
+    out = dask_bacc.map_coded(scaled, arr, client=client)
+    xr.testing.assert_identical(out.compute(), scaled(arr).compute())
+
+
 def test_nan_and_inf_pass_as_in_plain_dask(client):
     X = np.array([-1.0, 0.0, 1.0, np.nan, 2.0, -3.0, 4.0, 5.0])
     with warnings.catch_warnings():

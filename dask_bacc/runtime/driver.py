@@ -190,7 +190,9 @@ def coded(
     settings = _bacc_settings()
     import dask
 
-    token = uuid.uuid4().hex
+    # the same collection and settings give the same keys (Dask's convention): a rebuilt
+    # collection finds the report of its last computation
+    token = _token(collection, options, settings)
     target = call.adapter.target(call, exact_dtypes)
     driver = dask.delayed(_drive, pure=False)(
         call.without_result(),
@@ -252,7 +254,11 @@ def _coded_layer(
             RuntimeWarning,
             stacklevel=3,
         )
-    token, task = layer_driver(layer, code, code_options, timeout)
+    settings = _bacc_settings()
+    token = _token(
+        collection, {"code": code, "code_options": code_options, "timeout": timeout}, settings
+    )
+    token, task = layer_driver(layer, code, code_options, timeout, token)
     driver = task.key
     graph: dict[Any, Any] = {driver: task}
     tag = f"bacc{token[:12]}"
@@ -264,13 +270,18 @@ def _coded_layer(
 
 
 def layer_driver(
-    layer: Layer, code: str, code_options: dict[str, Any] | None, timeout: float | None
+    layer: Layer,
+    code: str,
+    code_options: dict[str, Any] | None,
+    timeout: float | None,
+    token: str | None = None,
 ) -> tuple[str, Task]:
-    """The driver task of an exact layer (:func:`_drive_layer`) and its job's token: it
-    gives output key -> block; the client's ``bacc`` settings go with it."""
+    """The driver task of an exact layer (:func:`_drive_layer`) and its token (``token``,
+    or a new one): it gives output key -> block; the client's ``bacc`` settings go with
+    it."""
     from dask._task_spec import DataNode, Task
 
-    token = uuid.uuid4().hex
+    token = token or uuid.uuid4().hex
     driver = keys.driver_key(token)
     task = Task(
         driver,
@@ -322,6 +333,16 @@ def _drive_layer(
             report = jsonable(job.report.to_dict())
             worker.log_event(REPORT_TOPIC, {"driver": token, "report": report})
     return out
+
+
+def _token(collection: Any, options: dict[str, Any], settings: dict[str, Any]) -> str:
+    """The token of :func:`coded`'s keys: the collection's own (its keys), the options and
+    the ``bacc`` settings the driver applies, so the same collection coded the same way
+    gets the same keys, and the same keys never stand for two different tasks. The job
+    the driver runs has a token of its own for each run."""
+    from dask.base import tokenize
+
+    return tokenize(collection, options, settings)
 
 
 def _running_workers() -> int | None:

@@ -95,9 +95,10 @@ def policy_for(code: str, options: Mapping[str, Any] | None = None) -> Policy:
 class RedundantJob(JobHandle):
     """Every task of a collection's final layer with a backup copy; first copy wins.
 
-    Returned by :func:`~dask_bacc.submit_coded` for ``code="repetition"`` or
-    ``"speculative"`` on a dask DataFrame/Series (the driver task of
-    :func:`~dask_bacc.coded` runs one for any collection). :meth:`result` gives the
+    Returned by :func:`~dask_bacc.submit_coded` for ``code="repetition"``, ``"hedged"``
+    or ``"speculative"`` on a dask DataFrame/Series, and (a ``BlocksJob``, in waves) for
+    K blocks of any input more than the workers a coded job would need (the driver task
+    of :func:`~dask_bacc.coded` runs one for any collection). :meth:`result` gives the
     collection, of the same type, backed by the winning copies; ``job.report`` says what
     ran (:class:`~dask_bacc.JobReport`).
 
@@ -173,6 +174,9 @@ class RedundantJob(JobHandle):
         self._started_at: dict[tuple[int, int], float] = {}  # (block, copy) -> its start
         self._since: dict[int, float] = {}  # per block: when its newest copy started
         self._busy: Counter[str] = Counter()  # copies of this job in flight, per worker
+        #: workers still running a copy that lost (a thread cannot be stopped: a copy
+        #: sent there would queue behind it until it ends)
+        self._stuck: set[str] = set()
         self._durations: list[float] = []  # run times of the copies that won
         self._tail_since: float | None = None  # when no more blocks than workers were left
         self._open = set(range(K))  # blocks with no winner yet
@@ -473,6 +477,11 @@ class RedundantJob(JobHandle):
                 self._busy[w] -= 1
             self._release_inputs(b)
             losers = [f for c, f in self._copies[b].items() if c != copy]
+            self._stuck.update(
+                self._on[b][c]
+                for c, f in self._copies[b].items()
+                if c != copy and (b, c) in self._started_at and f.status == "pending"
+            )
             # a primary beaten by another copy straggled; a backup that lost was not needed
             lost = [b + c * self.K for c in self._copies[b] if c != copy]
             self.report.straggled += [i for i in lost if i < self.K]
@@ -581,6 +590,8 @@ class RedundantJob(JobHandle):
         if budget is not None:
             overdue = overdue[: max(budget - self.hedged, 0)]
         workers = [w for w in self.workers if live is None or w in live]
+        if any(w not in self._stuck for w in workers):  # none behind a loser that runs on
+            workers = [w for w in workers if w not in self._stuck]
         if self.rule.hedges:
             # a hedge never displaces a primary: only as many as there are idle workers
             # (none of the job's copies running or placed there); in waves, the tail

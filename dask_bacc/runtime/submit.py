@@ -663,8 +663,10 @@ def submit_coded(
 ) -> CodedJob | RedundantJob:
     """Start a coded map of ``func`` over the blocks of ``data``; return at once.
 
-    Parameters are those of :func:`map_coded`. Returns a :class:`CodedJob` (with an
-    asynchronous client, an awaitable that gives one).
+    Parameters are those of :func:`map_coded`. Returns a :class:`CodedJob`, or a
+    :class:`RedundantJob` where an exact code copies the tasks instead: a dask DataFrame's
+    map, or K blocks more than the workers (in waves, ``report.code["waves"]``). With an
+    asynchronous client, an awaitable that gives one.
     """
     if code is None:
         code = config.get("code")
