@@ -8,10 +8,10 @@ installed, :mod:`dask_bacc.codes` (pure NumPy) still imports and works.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import accessor as _accessor  # noqa: F401  (registers the .bacc accessor; xarray only)
-from ._lazy import attach
+from ._lazy import attach, when_imported
 from .exceptions import (
     ApproximationWarning,
     ClientClosedError,
@@ -22,6 +22,11 @@ from .exceptions import (
     SuspectResultsWarning,
     UnknownCodeError,
 )
+
+# the .bacc accessor, registered once xarray is imported (now or later): importing
+# dask_bacc must not import xarray and pandas, e.g. in a worker's event loop when the
+# scheduler sends it dask-bacc's worker plugin
+when_imported("xarray", lambda: importlib.import_module("dask_bacc.accessor"))
 
 try:
     from . import config  # registers the bacc: defaults with dask.config

@@ -122,6 +122,34 @@ def test_top_level_import_is_lazy():
     assert proc.stdout.strip() == "ok"
 
 
+@pytest.mark.slow
+def test_the_worker_side_imports_neither_pandas_nor_xarray():
+    """What a worker imports when the scheduler sends it dask-bacc's plugin (unpickled in
+    its event loop: seconds of pandas and xarray on a loaded machine); the accessor is
+    still there once xarray is imported, before or after dask_bacc."""
+    proc = run_python(
+        """
+        import dask_bacc.runtime.worker
+        loaded = [m for m in ("pandas", "xarray") if m in sys.modules]
+        assert not loaded, loaded
+        import xarray as xr
+        assert xr.DataArray([1.0]).bacc is not None and hasattr(xr.Dataset(), "bacc")
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+    proc = run_python(
+        """
+        import xarray as xr
+        import dask_bacc
+        assert hasattr(xr.DataArray([1.0]), "bacc")
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_lazy_names_resolve_to_their_definitions():
     from dask_bacc.runtime import coded_data, driver, job, report, submit, wait, worker
 

@@ -435,6 +435,7 @@ class BaccDiagnostics(SchedulerPlugin):
 
         self.scheduler = scheduler
         self.started_at = time()
+        _warm_imports()
         if self.history is None:
             self.history = int(config.get("diagnostics.history"))
         if config.get("diagnostics.model.enabled"):
@@ -841,6 +842,20 @@ class BaccDiagnostics(SchedulerPlugin):
             # the straggler model: per worker, per host and the cluster (None when off)
             "workers": None if self.model is None else self.model.snapshot(),
         }
+
+
+def _warm_imports() -> None:
+    """Import pandas and xarray (where installed) as the plugin starts, once, not while
+    jobs run: importing dask_bacc no longer does (a worker unpickles dask-bacc's plugin in
+    its event loop, and needs neither unless a job's data does), and a scheduler that
+    imported them in the middle of its jobs, when a message first needed them, would grow
+    by their tens of megabytes then (the soak test measures the scheduler's memory per job)."""
+    import importlib
+    import importlib.util
+
+    for name in ("pandas", "xarray"):
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
 
 
 def _host(address: str) -> str:
