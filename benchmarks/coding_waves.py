@@ -1,4 +1,5 @@
-"""``coding(code=...)`` on a layer of many short tasks in waves, against plain Dask.
+"""``coding(code=...)`` (or ``map_coded``) on a layer of many short tasks in waves, against
+plain Dask.
 
 1,000 partitions of a persisted dask array on W one-thread worker processes
 (``LocalCluster(processes=True)``, its dashboard on), ``f`` a 20 ms sleep per partition,
@@ -8,6 +9,12 @@ cluster idle before each. Prints the median and 90th percentile of each, and the
 ratios (the layer's cost over plain Dask's)::
 
     python benchmarks/coding_waves.py --rounds 10
+
+``--entry map_coded`` runs ``dask_bacc.map_coded(costly, x, ..., code=...)`` instead: the
+1,000 chunks are more blocks than the workers, so the exact codes run them in waves
+(``runtime/waves.py``)::
+
+    python benchmarks/coding_waves.py --entry map_coded --code repetition --rounds 10
 
 To compare two versions of dask-bacc in one sitting, run it from a worktree of each,
 alternating (each run's ratios are against its own plain Dask)::
@@ -32,12 +39,14 @@ import numpy as np
 from equal_resources import costly, wait_idle
 
 
-def compute(x: Any, strategy: str, unit: float, p: float) -> Any:
+def compute(x: Any, strategy: str, unit: float, p: float, entry: str = "coding") -> Any:
     import dask_bacc
 
     y = x.map_blocks(costly, unit, p, False, dtype=float)
     if strategy == "plain":
         return y.compute()
+    if entry == "map_coded":
+        return dask_bacc.map_coded(costly, x, unit, p, False, code=strategy).compute()
     with dask_bacc.coding(code=strategy, only=costly):
         return y.compute()
 
@@ -50,6 +59,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--p", type=float, default=0.05, help="straggler probability (10x)")
     ap.add_argument("--code", default="hedged")
+    ap.add_argument("--entry", choices=("coding", "map_coded"), default="coding")
     ap.add_argument("--tag", default="")
     ap.add_argument("--json", default=None, help="write the times here too")
     args = ap.parse_args()
@@ -69,7 +79,7 @@ def main() -> None:
         unit = args.task / 4
         strategies = ["plain", args.code]
         for s in strategies:  # warm-up: imports, the plugins
-            compute(x, s, unit, 0.0)
+            compute(x, s, unit, 0.0, args.entry)
         rng = random.Random(0)
         out: dict[str, Any] = {"cores": os.cpu_count(), "args": vars(args), "cells": {}}
         for p in (0.0, args.p):
@@ -79,13 +89,13 @@ def main() -> None:
                 for s in strategies:
                     wait_idle(client)
                     t0 = time.perf_counter()
-                    got = compute(x, s, unit, p)
+                    got = compute(x, s, unit, p, args.entry)
                     times[s].append(time.perf_counter() - t0)
                     np.testing.assert_array_equal(got, np.tanh(X) * 2.0)
             q = {s: (np.median(v), np.quantile(v, 0.9)) for s, v in times.items()}
             (b50, b90), (c50, c90) = q["plain"], q[args.code]
             print(
-                f"{args.tag} p={p:g}: plain {b50:.2f} s (p90 {b90:.2f}), {args.code} "
+                f"{args.tag} {args.entry} p={p:g}: plain {b50:.2f} s (p90 {b90:.2f}), {args.code} "
                 f"{c50:.2f} s (p90 {c90:.2f}): {c50 / b50:.2f}x p50, {c90 / b90:.2f}x p90",
                 flush=True,
             )

@@ -241,7 +241,7 @@ async def test_a_slow_transfer_is_hedged_to_another_worker(c, s, *workers):
     ``update_data`` waits) does not hold the job: after ``hedge_after`` the block also goes
     to another worker, the first copy to land is used, and the slow one, once it lands,
     is released (no task left on the scheduler)."""
-    from dask_bacc.runtime import launch
+    from dask_bacc.runtime import sending
 
     release = asyncio.Event()
     slow = workers[0]
@@ -267,7 +267,7 @@ async def test_a_slow_transfer_is_hedged_to_another_worker(c, s, *workers):
     finally:
         release.set()
     np.testing.assert_array_equal(out, 2.0 * X)
-    await until(lambda: not launch._detached, "the slow transfer to land")
+    await until(lambda: not sending._detached, "the slow transfer to land")
 
 
 @pytest.mark.parametrize("code", ["repetition", "speculative", "berrut"])

@@ -49,7 +49,8 @@ from .launch import (
     mixes_exactly,
 )
 from .placement import choose_workers
-from .speculative import Speculation, backup_code, speculative_job
+from .rules import Speculation, backup_code
+from .speculative import speculative_job
 from .submit import (
     _adapt,
     _auto_spelling,
@@ -67,6 +68,8 @@ from .worker import encode_share, hold_share
 
 if TYPE_CHECKING:
     from distributed import Client, Future
+
+    from .jobview import JobView
 
 __all__ = ["CodedData", "encode"]
 
@@ -90,7 +93,7 @@ class CodedData:
         ``encode(n_coded="auto")``: what was chosen and why (as ``report.auto``).
     backups : object or None
         ``encode(code="hedged")`` (or ``"speculative"``): the backup rule (a
-        ``dask_bacc.runtime.speculative.Speculation``); the shares are the K blocks
+        ``dask_bacc.runtime.rules.Speculation``); the shares are the K blocks
         themselves (``code`` is the identity, N = K), and each call backs up its late
         evals by this rule, as :func:`~dask_bacc.map_coded` does. None for other codes.
     """
@@ -450,9 +453,23 @@ class CodedData:
             return _run(self.client, _nothing)
         return _run(self.client, _cancel_held, self.client, held)
 
+    def hold_for_next_call(self, job: JobView, running: dict[int, Future[Any]]) -> None:
+        """A call ended with these evals still running ``func`` (called by its launch
+        policy, on the client's loop): the next call evaluates their shares elsewhere
+        (:meth:`_placement`)."""
+        if self._released:
+            # released while this call ran: no next call to reroute, and a held eval would
+            # keep its share on the scheduler until func returns; cancelled as release()
+            # cancels the others (the job's hold then lets go of them)
+            self._cancel_late(list(running.values()))
+            return
+        # the next call reroutes around them, with no message
+        for i, fut in running.items():
+            self._held.setdefault(job.workers[i], []).append((job._start, fut))
+
     def _cancel_late(self, running: list[Future[Any]]) -> None:
-        """Cancel the stragglers of a call that ended after :meth:`release` (called by its
-        launch policy, on the client's loop, where a synchronous wait would block it)."""
+        """Cancel the stragglers of a call that ended after :meth:`release`, on the
+        client's loop, where a synchronous wait would block it."""
         if running:
             task = asyncio.ensure_future(_cancel_held(self.client, running))
             _releasing.add(task)

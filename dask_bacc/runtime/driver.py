@@ -34,7 +34,7 @@ from . import _dist, keys
 from .quality import check_adversaries
 from .redundant import EXACT_LAYER_CODES, policy_for
 from .report import JobReport
-from .speculative import backup_code
+from .rules import backup_code
 from .submit import (
     AVOID_WORKERS,
     _build_code,

@@ -1,6 +1,6 @@
 """What the hedging rule knows before a job's own tasks finish, kept on the scheduler.
 
-A hedged job (``code="hedged"``, :meth:`~.speculative.Speculation.hedge`) backs a task up
+A hedged job (``code="hedged"``, :meth:`~.rules.Speculation.hedge`) backs a task up
 once it has run ``multiplier`` times its function's expected task. Until ``known`` of the
 job's own tasks finished, that expectation is the median run time of the function's recent
 tasks on this cluster, and backups avoid the workers the straggler model holds slow. Both

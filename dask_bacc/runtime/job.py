@@ -29,7 +29,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from dask._task_spec import TaskRef
@@ -48,11 +48,13 @@ from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .handle import JobHandle, describe
-from .launch import ClientBlocks, CodedLaunch, Launch
+from .jobview import CallArg
+from .launch import CodedLaunch, Launch
 from .placement import silent_workers, waiting_on_silent
 from .quality import JobQuality
 from .report import JobReport, split_redundant
 from .savings import cpu_split, plain_ready, plain_shares, uncoded_tasks
+from .sending import ClientBlocks
 from .wait import WaitPolicy
 from .worker import (
     DONE_OP,
@@ -84,10 +86,6 @@ if TYPE_CHECKING:
 __all__ = ["CodedJob", "ensure_worker_plugin"]
 
 logger = logging.getLogger(__name__)
-
-#: what an eval task gets as ``call``: ``(args, kwargs)`` for ``func``, inline, or a
-#: reference to the task holding them (large ones)
-CallArg: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]] | TaskRef
 
 _running: set[asyncio.Task[None]] = set()  # strong references to the job loops and clean-ups
 #: seconds a transfer from the workers is given past a job's timeout (the results the

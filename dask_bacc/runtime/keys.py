@@ -73,7 +73,7 @@ def _name(kind: str, token: str, round: int = 1) -> str:
 
 def eval_key(token: str, i: int, backup: bool = False, round: int = 1) -> tuple[str, int]:
     """Coded task ``i`` (a speculative backup: ``backup=True``); ``round`` > 1: launched
-    again after an input block it read was lost (:class:`~.launch.ClientBlocks`)."""
+    again after an input block it read was lost (:class:`~.sending.ClientBlocks`)."""
     return (_name("backup" if backup else "eval", token, round), i)
 
 

@@ -15,8 +15,7 @@ A policy builds :class:`~.graph.TaskSpec` objects through the job
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,21 +28,18 @@ from . import _dist, keys
 from .graph import TaskSpec
 from .hedge import Prior, new_record, settle, tell
 from .placement import choose_workers
+from .sending import ClientBlocks, local_arrays
 from .worker import encode_eval_task
 
 if TYPE_CHECKING:
-    from dask.typing import Key
-    from distributed import Client, Future
+    from distributed import Future
 
     from ..codes import Code
-    from ..collections import Blocks
-    from .coded_data import CodedData
-    from .job import CallArg, CodedJob
-    from .speculative import Speculation
+    from .jobview import CallArg, JobView, SharesView
+    from .rules import Speculation
 
 __all__ = [
     "BackupPlan",
-    "ClientBlocks",
     "CodedLaunch",
     "Launch",
     "SharedLaunch",
@@ -60,30 +56,30 @@ class Launch:
     #: seconds between the loop's calls of :meth:`tick` (None: the poll interval)
     interval: float | None = None
 
-    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
+    async def initial(self, job: JobView, call: CallArg) -> list[TaskSpec]:
         raise NotImplementedError
 
-    def reads(self, job: CodedJob, i: int) -> list[int]:
+    def reads(self, job: JobView, i: int) -> list[int]:
         """The input blocks coded task ``i`` reads."""
         return []
 
-    def spec_bytes(self, job: CodedJob, i: int) -> int:
+    def spec_bytes(self, job: JobView, i: int) -> int:
         """Bytes of input coded task ``i`` carries inside its spec (not a dependency the
         scheduler sizes): small in-memory input's share."""
         return 0
 
-    def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
+    def respec(self, job: JobView, i: int, round: int) -> TaskSpec:
         """Coded task ``i`` again, under round ``round``'s key, on the blocks as they are
         now (some sent again): see :meth:`~.job.CodedJob._relaunch`."""
         raise NotImplementedError(f"{type(self).__name__} does not launch a task again")
 
-    async def tick(self, job: CodedJob) -> None:
+    async def tick(self, job: JobView) -> None:
         """Called on every turn of the job's loop (launch more, stop losers)."""
 
-    def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
+    def holding(self, job: JobView, running: dict[int, Future[Any]]) -> None:
         """The job ended with these stragglers still running ``func`` (held till they end)."""
 
-    def finished(self, job: CodedJob) -> None:
+    def finished(self, job: JobView) -> None:
         """The job ended (its report complete but for the clean-up round trip's figures)."""
 
 
@@ -95,7 +91,7 @@ class CodedLaunch(Launch):
     _E: NDArray[Any] | None = None  # the code's encoding matrix
     _shares: list[Any] | None = None  # small in-memory input: the shares, in the specs
 
-    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
+    async def initial(self, job: JobView, call: CallArg) -> list[TaskSpec]:
         code, blocks = job.code, job.blocks
         self._call = call
         E = self._E = code.encoding_matrix()
@@ -121,14 +117,14 @@ class CodedLaunch(Launch):
             job._chunks = await blocks.to_futures(job.client)
         return [self.respec(job, i, 1) for i in range(code.N)]
 
-    def reads(self, job: CodedJob, i: int) -> list[int]:
+    def reads(self, job: JobView, i: int) -> list[int]:
         assert self._E is not None  # initial() ran first
         return [int(j) for j in np.flatnonzero(self._E[i])]
 
-    def spec_bytes(self, job: CodedJob, i: int) -> int:
+    def spec_bytes(self, job: JobView, i: int) -> int:
         return 0 if self._shares is None else int(np.asarray(self._shares[i]).nbytes)
 
-    def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
+    def respec(self, job: JobView, i: int, round: int) -> TaskSpec:
         assert self._call is not None and self._E is not None  # initial() ran first
         if self._shares is not None:
             return job.eval_spec(i, self._shares[i], self._call, round=round)
@@ -149,7 +145,7 @@ class CodedLaunch(Launch):
         return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
 
 
-def inline(job: CodedJob) -> bool:
+def inline(job: JobView) -> bool:
     """Whether the job's input is in memory and its coded shares (N of them, a speculative
     job's K and their backups) come to at most ``bacc.data-inline-limit``: they then travel
     inside the eval specs, one message, where a scatter would add its round trips (13-21%
@@ -161,134 +157,6 @@ def inline(job: CodedJob) -> bool:
         return False
     share = int(np.prod(blocks.block_shape)) * max(blocks.dtype.itemsize, 8)
     return share * max(job.code.N, 2 * job.code.K) <= parse_bytes(config.get("data-inline-limit"))
-
-
-class ClientBlocks:
-    """A job's in-memory input blocks, sent from the client to the cluster once each.
-
-    Scattered straight to a worker, not held in task specs: a spec travels inside the graph,
-    through the scheduler, which keeps it for as long as the task exists (distributed
-    warns of any graph above 10 MB); N coded shares in the specs made the graph N/K times
-    the data, and held a pickled copy of it on the client. The other workers whose shares
-    read a block fetch it from its holder.
-
-    A scattered block cannot be recomputed, but the client still has it: a block whose
-    holder left (its readers are cancelled) or stopped answering (its readers wait on a
-    transfer) is sent again, to another worker and under a new key
-    (:func:`~.keys.chunk_key`'s round), and the job launches its readers again
-    (:meth:`~.job.CodedJob._relaunch`). A new key each time, so that no late copy ever
-    lands on a worker fetching the same key (distributed's worker fails hard on that). A
-    transfer that is slow (:meth:`hedge_after`: a frozen worker accepts the connection and
-    never answers) is sent to another worker too, and the first to land is used.
-
-    Attributes
-    ----------
-    futures : list of distributed.Future
-        The K blocks' current futures, in order (replaced when a block is sent again).
-    holder : list of str
-        The worker each block was last sent to.
-    rounds : list of int
-        How many times each block was sent (hedged transfers included).
-    """
-
-    #: a block is sent at most this many times (then its readers are lost, as before)
-    MAX_SENDS = 4
-
-    def __init__(self, client: Client, arrays: Sequence[Any], token: str):
-        self.client = client
-        self.arrays = arrays
-        self.token = token
-        self.futures: list[Future[Any]] = []
-        self.holder: list[str] = [""] * len(arrays)
-        self.rounds: list[int] = [0] * len(arrays)
-
-    def lost(self, js: Collection[int]) -> list[int]:
-        """Those of blocks ``js`` whose data the cluster no longer has."""
-        return [j for j in js if self.futures[j].status != "finished"]
-
-    def can_resend(self, js: Collection[int]) -> bool:
-        return all(self.rounds[j] < self.MAX_SENDS for j in js)
-
-    async def send(self, js: Collection[int], homes: Sequence[str]) -> None:
-        """Send blocks ``js`` to ``homes`` (one worker each, in order), each under a key of
-        its own next round; a transfer that fails, or is slow (:meth:`_send_to`), goes to
-        another worker too."""
-        by_worker: dict[str, list[int]] = {}
-        for j, home in zip(js, homes, strict=True):
-            by_worker.setdefault(home, []).append(j)
-        sent = await asyncio.gather(*(self._send_to(w, b) for w, b in by_worker.items()))
-        while len(self.futures) < len(self.arrays):
-            self.futures.append(None)  # type: ignore[arg-type]  # filled just below
-        for part in sent:
-            for j, (worker, fut) in part.items():
-                self.futures[j], self.holder[j] = fut, worker
-
-    def hedge_after(self, js: Collection[int]) -> float:
-        """Seconds after which a transfer of blocks ``js`` to one worker is also sent to
-        another: 1 s plus their size at 50 MB/s (a slow network), so a live worker is
-        rarely hedged while a frozen one (it accepts the connection, then never answers)
-        delays the job by about that much, not until ``worker-ttl``."""
-        nbytes = sum(int(getattr(self.arrays[j], "nbytes", 0)) for j in js)
-        return 1.0 + nbytes / 50e6
-
-    async def _send_to(self, worker: str, js: list[int]) -> dict[int, tuple[str, Future[Any]]]:
-        first = asyncio.ensure_future(self._scatter(worker, js))
-        done, _ = await asyncio.wait({first}, timeout=self.hedge_after(js))
-        if first in done and first.exception() is None:
-            return first.result()
-        # failed (the worker left), or slow (frozen?): another live worker as well
-        live = await _dist.running_workers(self.client)
-        others = [w for w in live if w != worker]
-        if not others:
-            return await first
-        second = asyncio.ensure_future(self._scatter(others[0], js))
-        tries = {second} if first in done else {first, second}  # (first failed)
-        while tries:
-            done, tries = await asyncio.wait(tries, return_when=asyncio.FIRST_COMPLETED)
-            for t in done:
-                if t.exception() is None:
-                    for loser in tries:  # let it land and go: its keys are never read
-                        _detach(loser)
-                    return t.result()
-        return await second  # both failed: its exception
-
-    async def _scatter(self, worker: str, js: list[int]) -> dict[int, tuple[str, Future[Any]]]:
-        data: dict[Key, Any] = {}
-        for j in js:
-            self.rounds[j] += 1
-            data[keys.chunk_key(self.token, j, self.rounds[j])] = self.arrays[j]
-        out = await self.client.scatter(  # type: ignore[no-untyped-call]
-            data, workers=[worker], hash=False, direct=True, asynchronous=True
-        )
-        return {keys.parse(k).index: (worker, f) for k, f in out.items()}  # type: ignore[union-attr, misc]
-
-
-#: transfers given up for a faster copy, held until they end (then their futures go)
-_detached: set[asyncio.Future[Any]] = set()
-
-
-def _detach(task: asyncio.Future[Any]) -> None:
-    """Let a transfer run to its end in the background, then drop what it sent: cancelled
-    midway, a direct scatter could leave the data on the worker with the scheduler never
-    told (nothing would release it)."""
-    _detached.add(task)
-
-    def done(t: asyncio.Future[Any]) -> None:
-        _detached.discard(t)
-        if not t.cancelled():
-            t.exception()  # retrieved: a worker that left is no news
-
-    task.add_done_callback(done)
-
-
-def local_arrays(blocks: Blocks) -> list[Any]:
-    """The K blocks of a ``local`` adapter as arrays of its dtype, views where they can be
-    (a list's own arrays: ``stacked()`` would copy them all into one)."""
-    from ..collections.numpy import ListBlocks
-
-    if isinstance(blocks, ListBlocks):
-        return [np.asarray(a, dtype=blocks.dtype) for a in blocks.arrays]
-    return list(blocks.stacked())
 
 
 def mixes_exactly(code: Code) -> str | None:
@@ -314,28 +182,14 @@ def check_encoded(shares: list[NDArray[Any]]) -> None:
 class SharedLaunch(Launch):
     """The N eval tasks on the shares of a :class:`~.coded_data.CodedData`."""
 
-    def __init__(self, data: CodedData):
+    def __init__(self, data: SharesView):
         self.data = data
 
-    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
+    async def initial(self, job: JobView, call: CallArg) -> list[TaskSpec]:
         return [job.eval_spec(i, self.data.shares[i], call) for i in range(job.code.N)]
 
-    def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
-        hold_for_next_call(self.data, job, running)
-
-
-def hold_for_next_call(data: CodedData, job: CodedJob, running: dict[int, Future[Any]]) -> None:
-    """A call of ``data`` ended with these evals still running ``func``: the next call
-    evaluates their shares elsewhere (:meth:`~.coded_data.CodedData._placement`)."""
-    if data._released:
-        # released while this call ran: no next call to reroute, and a held eval would
-        # keep its share on the scheduler until func returns; cancelled as release()
-        # cancels the others (the job's hold then lets go of them)
-        data._cancel_late(list(running.values()))
-        return
-    # the next call reroutes around them, with no message
-    for i, fut in running.items():
-        data._held.setdefault(job.workers[i], []).append((job._start, fut))
+    def holding(self, job: JobView, running: dict[int, Future[Any]]) -> None:
+        self.data.hold_for_next_call(job, running)
 
 
 @dataclass
@@ -381,7 +235,7 @@ def plan_backups(
     Task ``i`` computes block ``i % K`` (``K + j`` is the first backup of block j, ``2K + j``
     its second). A block not given yet gets a copy when none of its copies is running (they
     failed), or when its newest running copy has run longer than ``rule``'s threshold
-    (:meth:`~.speculative.Speculation.threshold`, from the finished tasks' run times and
+    (:meth:`~.rules.Speculation.threshold`, from the finished tasks' run times and
     ``prior``), while it has fewer than ``rule.copies`` copies. Late blocks are charged to
     the rule's budget (``hedged``: late backups launched so far), the latest first.
     """
@@ -440,7 +294,7 @@ class SpeculativeLaunch(Launch):
     """
 
     def __init__(
-        self, rule: Speculation, func_key: str | None = None, data: CodedData | None = None
+        self, rule: Speculation, func_key: str | None = None, data: SharesView | None = None
     ):
         self.rule = rule
         self.data = data
@@ -455,7 +309,7 @@ class SpeculativeLaunch(Launch):
         self._call: CallArg | None = None
         self._shares: list[Any] | None = None  # small in-memory input: the blocks
 
-    async def initial(self, job: CodedJob, call: CallArg) -> list[TaskSpec]:
+    async def initial(self, job: JobView, call: CallArg) -> list[TaskSpec]:
         self._call = call
         K = job.code.K
         if self.rule.hedges and self.func_key is not None:
@@ -474,14 +328,14 @@ class SpeculativeLaunch(Launch):
         self.launched_at = dict.fromkeys(range(K), job._elapsed())
         return [self.respec(job, j, 1) for j in range(K)]
 
-    def reads(self, job: CodedJob, i: int) -> list[int]:
+    def reads(self, job: JobView, i: int) -> list[int]:
         return [i % job.code.K]
 
-    def spec_bytes(self, job: CodedJob, i: int) -> int:
+    def spec_bytes(self, job: JobView, i: int) -> int:
         shares = self._shares
         return 0 if shares is None else int(np.asarray(shares[i % job.code.K]).nbytes)
 
-    def respec(self, job: CodedJob, i: int, round: int) -> TaskSpec:
+    def respec(self, job: JobView, i: int, round: int) -> TaskSpec:
         """Copy ``i // K`` of block ``i % K`` (``i >= K``: a backup)."""
         assert self._call is not None  # initial() ran first
         K = job.code.K
@@ -497,7 +351,7 @@ class SpeculativeLaunch(Launch):
         key = keys.eval_key(job.token, i, backup=i >= K, round=round)
         return TaskSpec(key, encode_eval_task, args, [job.workers[i]])
 
-    async def tick(self, job: CodedJob) -> None:
+    async def tick(self, job: JobView) -> None:
         d, K = job.decider, job.code.K
         prior = None
         if self.prior is not None:
@@ -536,7 +390,7 @@ class SpeculativeLaunch(Launch):
             late = set(plan.blocks[len(plan.blocks) - plan.late :]) if plan.late else set()
             self.hedged += await self._back_up(job, plan.blocks, late)
 
-    async def _back_up(self, job: CodedJob, blocks: list[int], late: set[int]) -> int:
+    async def _back_up(self, job: JobView, blocks: list[int], late: set[int]) -> int:
         """Launch a copy of each of ``blocks`` on a free worker; returns how many of the
         ``late`` ones got one."""
         K, rep, call = job.code.K, job.report, self._call
@@ -568,11 +422,11 @@ class SpeculativeLaunch(Launch):
         job._launch_graph(specs)
         return charged
 
-    def holding(self, job: CodedJob, running: dict[int, Future[Any]]) -> None:
+    def holding(self, job: JobView, running: dict[int, Future[Any]]) -> None:
         if self.data is not None:
-            hold_for_next_call(self.data, job, running)
+            self.data.hold_for_next_call(job, running)
 
-    def finished(self, job: CodedJob) -> None:
+    def finished(self, job: JobView) -> None:
         """Settle the backups' outcomes in the report and tell the scheduler the run times
         of the finished tasks (the prior of the function's next jobs)."""
         hedge = job.report.hedge

@@ -53,7 +53,7 @@ from .worker import sketch_task
 if TYPE_CHECKING:
     from distributed import Future
 
-    from .job import CodedJob
+    from .jobview import JobView
 
 __all__ = [
     "JobQuality",
@@ -77,7 +77,7 @@ def _num(x: float) -> float | None:
 class JobQuality:
     """Sketches, error estimates and consistency screening for one coded job."""
 
-    def __init__(self, job: CodedJob):
+    def __init__(self, job: JobView):
         # weak: a job <-> quality cycle would keep the job's output (and the futures
         # behind it) alive until the cyclic garbage collector runs
         self._job = weakref.ref(job)
@@ -97,7 +97,7 @@ class JobQuality:
         self.residual: float | None = None
 
     @property
-    def job(self) -> CodedJob:
+    def job(self) -> JobView:
         job = self._job()
         assert job is not None  # the job holds this object: alive while it is used
         return job

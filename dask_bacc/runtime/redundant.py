@@ -11,7 +11,7 @@ intact) and a backup under ``("bacc-copy-<token>", i)`` on another worker
   primaries, so a worker runs its own primaries first and a backup whose primary won
   meanwhile is cancelled before it starts (with many blocks per worker the backups wait
   in the queues: the work is at most doubled, and mostly not);
-* :class:`~.speculative.Speculation` launches a backup once a primary has run longer than
+* :class:`~.rules.Speculation` launches a backup once a primary has run longer than
   its rule's threshold (every copy reports when it starts: :func:`~.worker.run_started`).
 
 Under both, a block whose copies all run late by the rule gets one more copy, on a worker
@@ -47,8 +47,8 @@ from .handle import JobHandle, describe
 from .hedge import Prior, new_record, settle, tell
 from .placement import choose_workers, place_copies, release_restrictions
 from .report import JobReport
+from .rules import Speculation
 from .savings import cpu_split, plain_ready
-from .speculative import Speculation
 from .worker import run_started
 
 if TYPE_CHECKING:

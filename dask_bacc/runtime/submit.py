@@ -39,13 +39,8 @@ from .keys import function_key
 from .placement import choose_workers
 from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robust_policy
 from .redundant import EXACT_LAYER_CODES, RedundantJob, policy_for
-from .speculative import (
-    BACKUP_CODES,
-    Speculation,
-    backup_code,
-    speculative_job,
-    speculative_placement,
-)
+from .rules import BACKUP_CODES, Speculation, backup_code
+from .speculative import speculative_job, speculative_placement
 from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
 from .waves import BlocksJob, in_waves, submit_waves
 
