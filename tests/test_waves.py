@@ -140,6 +140,20 @@ def test_blocks_whose_outputs_differ_in_shape_are_refused(client):
         dask_bacc.map_coded(ragged, X, n_blocks=8, client=client)
 
 
+def test_a_dask_array_whose_outputs_are_not_arrays_of_one_shape_is_refused(client):
+    def ragged(b):
+        return b[b > 0]
+
+    def words(b):
+        return np.array(["x"] * len(b))
+
+    x = da.from_array(np.array([1.0, 2.0, -1.0, 3.0] * 4), chunks=2)
+    with pytest.raises(ValueError, match="output shape differs between blocks"):
+        dask_bacc.map_coded(ragged, x, client=client)
+    with pytest.raises(ValueError, match="dtype <U1"):
+        dask_bacc.map_coded(words, x, client=client)
+
+
 @pytest.mark.slow
 def test_a_held_block_is_backed_up_and_the_job_is_on_the_dashboard(client):
     ev = Event(GATE, client=client)

@@ -22,60 +22,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
-import re
 import time
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from dask._task_spec import TaskRef
-from distributed.client import FutureCancelledError
 from numpy.typing import NDArray
 
 from .. import config, diagnostics
 from ..codes import Code
-from ..codes.base import contract, decode_residual
 from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
 from ..diagnostics.monitor import JobMonitor, prune_spans
-from ..exceptions import ApproximationWarning, InsufficientResults, InvalidInput
+from ..exceptions import InvalidInput
 from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
+from .decoding import _NOTHING, DecodingJob
 from .graph import TaskSpec, submit_graph
-from .handle import JobHandle, describe
+from .handle import describe
 from .jobview import CallArg
 from .launch import CodedLaunch, Launch
-from .placement import silent_workers, waiting_on_silent
+from .placement import waiting_on_silent
 from .quality import JobQuality
-from .report import JobReport, split_redundant
-from .savings import cpu_split, plain_ready, plain_shares, uncoded_tasks
+from .report import JobReport
+from .savings import plain_shares
 from .sending import ClientBlocks
 from .wait import WaitPolicy
 from .worker import (
     DONE_OP,
     PLUGIN_NAME,
     BaccWorker,
-    DecodedInfo,
     EvalFailure,
-    InconsistentResults,
-    ResultSpec,
     Share,
-    consistent,
-    decoded_block,
-    decoded_info,
     eval_task,
     hold,
-    majority,
-    mixed_beyond_float64,
-    picked_dtype,
-    picks,
-    spec_of,
-    stack_decode_task,
 )
 
 if TYPE_CHECKING:
@@ -88,9 +73,6 @@ __all__ = ["CodedJob", "ensure_worker_plugin"]
 logger = logging.getLogger(__name__)
 
 _running: set[asyncio.Task[None]] = set()  # strong references to the job loops and clean-ups
-#: seconds a transfer from the workers is given past a job's timeout (the results the
-#: timeout decodes from are still to be fetched then)
-TRANSFER_GRACE = 1.0
 # client -> scheduler address the worker plugin is known to be on
 _worker_plugin: weakref.WeakKeyDictionary[Client, tuple[str | None, str | None]] = (
     weakref.WeakKeyDictionary()
@@ -236,25 +218,6 @@ def _job_done(
     return answer
 
 
-def _model_quantiles(
-    workers: list[str], dask_scheduler: Scheduler | None = None
-) -> dict[str, list[float]] | None:
-    """On the scheduler: the straggler model's relative latency quantiles (q50, q90, q99)
-    of ``workers``; None when the diagnostics plugin or its model is off."""
-    assert dask_scheduler is not None
-    plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
-    model = getattr(plugin, "model", None)
-    if model is None:
-        return None
-    out = {}
-    for w in workers:
-        ws = dask_scheduler.workers.get(w)
-        p = model.predict(w, ws.host if ws is not None else None)
-        if p.n_eff > 0:  # a prior is no estimate of this worker
-            out[w] = [p.q50, p.q90, p.q99]
-    return out
-
-
 def _dashboard_link(client: Client, token: str) -> str | None:
     """The job's row on the ``/bacc`` page, if the scheduler serves a dashboard."""
     from ..diagnostics.html import dashboard_job_link
@@ -267,7 +230,7 @@ def _dashboard_link(client: Client, token: str) -> str | None:
         return None
 
 
-class CodedJob(JobHandle):
+class CodedJob(DecodingJob):
     """A coded map over K blocks running on the cluster (returned by ``submit_coded``).
 
     Use :meth:`result` to wait for the decoded output, ``job.report`` (a
@@ -568,101 +531,6 @@ class CodedJob(JobHandle):
         assert self._monitor is not None  # set in _submit, before any task was launched
         self._monitor.arrived(len(d.usable))
 
-    async def _why_cancelled(self, i: int, fut: Future[Any]) -> str:
-        """Why eval ``i`` ended without a result or an exception: its worker left, an input
-        chunk it reads went with the workers that held it, else someone else's doing."""
-        if self.workers[i] not in await _dist.running_workers(self.client):
-            return f"worker {self.workers[i]} left before returning"
-        if any(c.status in ("lost", "cancelled") for c in self._chunks):
-            return f"task {fut.status}: an input block it reads was lost with worker(s) that left"
-        return f"task {fut.status} (by another client, or its input data was lost)"
-
-    def _failed(self, i: int, now: float, failure: EvalFailure) -> bool:
-        """Coded task ``i`` returned ``failure``: func raised, or its result is NaN/inf or
-        not numeric. f's exception on a block's own data fails the job with it, as in
-        plain Dask (``bacc.on-error``); on a mixed share it is an erasure once f is seen
-        to work on real data, the user's error otherwise. False if ``i`` was written off."""
-        block = self._data_rows.get(i)
-        where = f"block {block}'s own data" if block is not None else "a mix of blocks"
-        if failure.kind == "unsupported":  # f's output type: the same on every share
-            raise TypeError(failure.reason.removeprefix("InvalidResult: "))
-        reason = failure.reason
-        if failure.kind in ("raised", "domain"):  # f's error, or f's output outside transform=
-            if self._cause is None:
-                self._cause = failure.exception
-            if self._on_error == "raise" and block is not None:
-                raise self._user_error(i, failure, where)
-        if failure.kind == "raised":
-            reason = f"func raised on coded share {i} ({where}): {failure.reason}"
-        if not self.decider.erred(i, now, reason):
-            return False
-        # with bacc.on-error "erase" an exception is a worker's fault, not f's: only
-        # NaN/inf or a value outside the transform then tells that f is not defined on
-        # coded blocks
-        counts = failure.kind in ("nonfinite", "domain") or (
-            failure.kind == "raised" and self._on_error == "raise"
-        )
-        if block is None and counts:
-            self._mixed_failed.append(i)
-            if self.domain_failure:
-                self.report.domain_failure.append(i)
-            elif failure.kind == "raised":
-                self._unjudged[i] = failure
-                # f's error or the mixing's? Only a share of real data can tell: decode
-                # from nothing but real data until one has answered (the verdict must not
-                # depend on which results came first)
-                self.decider.exact_only = True
-        self._judge()
-        return True
-
-    def _user_error(self, i: int, failure: EvalFailure, where: str) -> BaseException:
-        """func's own exception (or a ``RuntimeError`` naming it, when it did not pickle),
-        with a note on where it was raised."""
-        exc = failure.exception
-        if failure.kind == "domain":  # f's result on real data, outside transform=
-            exc = ValueError(failure.reason.removeprefix("InvalidResult: "))
-        elif exc is None:
-            exc = RuntimeError(f"func raised on coded share {i}: {failure.reason}")
-        note = (
-            f"raised by func on coded share {i} of coded job {self.token} ({where}); "
-            "bacc.on-error='erase' treats an exception on a coded share as an erasure"
-        )
-        add_note = getattr(exc, "add_note", None)  # Python >= 3.11
-        if add_note is not None and note not in getattr(exc, "__notes__", ()):
-            add_note(note)
-        return exc
-
-    def _judge(self) -> None:
-        """Once func succeeded on a share of real data, the mixed shares that raised or
-        gave NaN/inf show that f is not defined on coded blocks: warn once, erase them,
-        and (``bacc.on-domain-failure: exact``) decode only from real data."""
-        if not self._mixed_failed or self.domain_failure:
-            return
-        if not any(i in self._data_rows for i in self.decider.usable):
-            return
-        self.domain_failure = True
-        self._unjudged.clear()  # f works on real data: those were the mixing's doing
-        covered = set(self._data_rows.values()) >= set(range(self.code.K))
-        exact = self._on_domain == "exact" and covered
-        self.decider.exact_only = exact  # (it held the decode while unjudged)
-        what = (
-            "the job decodes from the shares of real data only (exact), as "
-            "bacc.on-domain-failure='exact' asks"
-            if exact
-            else "their results are erased and the job decodes from the rest"
-        )
-        self.warn(
-            ApproximationWarning(
-                f"func failed (raised, returned NaN/inf or a value outside transform=) on "
-                f"coded share(s) {sorted(self._mixed_failed)} that mix blocks, while it "
-                "succeeded on shares of real data: f is not defined on coded blocks (e.g. "
-                f"log, sqrt or a division outside the data's range); {what}. Coded shares protect "
-                "this f only through its exact copies: use code='repetition' or "
-                "'speculative'."
-            )
-        )
-        self.report.domain_failure = sorted(self._mixed_failed)
-
     async def _relaunch_lost(self, i: int) -> bool:
         """Coded task ``i`` was cancelled: if an input block sent from here was lost with
         its holder (or was sent again since ``i`` launched), launch ``i`` again."""
@@ -739,508 +607,6 @@ class CodedJob(JobHandle):
                 await self._drop_stage()
 
     # -- decoding ------------------------------------------------------------------------
-    def _raise_unjudged(self) -> None:
-        """``bacc.on-error: raise``: func raised on a mixed share and no share of real data
-        has shown that it works on the data: that exception is the user's."""
-        if self._unjudged and not self.domain_failure:
-            i, failure = next(iter(self._unjudged.items()))
-            raise self._user_error(
-                i, failure, "a mix of blocks, and func succeeded on no share of real data"
-            )
-
-    def _note_stragglers(self) -> None:
-        """The tasks still out now, as stragglers and redundancy not needed."""
-        rep = self.report
-        rep.straggled, rep.not_needed = split_redundant(
-            self.decider.straggled(),
-            list(self.decider.usable),
-            set(rep.plain_shares),
-            self._data_rows,
-            self.code.K,
-        )
-
-    async def _decode(self, action: Decode) -> Any:
-        self._raise_unjudged()
-        self.report.trigger = action.trigger
-        self._sync_report()
-        self._note_stragglers()
-        self._fetch_quantiles()
-        # adversaries=: leave out the results located as corrupted
-        used = await self.quality.screen(action.used)
-        if self.decode_here:
-            output = await self._decode_here(used)
-        else:
-            output = await self._decode_on_cluster(used)
-        if output is _NOTHING:
-            self.decider.decode_abandoned()
-            return _NOTHING
-        rep = self.report
-        rep.returned = list(used)
-        rep.late = [i for i in self.decider.usable if i not in set(used)]
-        rep.slowest_used = max(rep.arrival[i] for i in used)
-        self._note_stragglers()
-        await self.quality.finalize(used)  # error estimate into the report
-        rep.time_to_decode = self._elapsed()
-        if self._mixed_failed and not self.domain_failure:
-            # no share of real data to compare with (Berrut, Lagrange): the protection
-            # those shares gave is lost, and the user should know why
-            self.warn(
-                ApproximationWarning(
-                    "func raised, returned NaN/inf or a value outside transform= on coded "
-                    f"share(s) {sorted(self._mixed_failed)}, which mix blocks: they were written "
-                    f"off, so the job had {len(self._mixed_failed)} fewer result(s) to "
-                    "decode from. If f is not defined on mixtures of blocks (log, sqrt, a "
-                    "division), use an exact code: code='repetition' or 'speculative'."
-                )
-            )
-        return output
-
-    def _fetch_quantiles(self) -> None:
-        """Ask the scheduler's straggler model about the workers of the plain shares still
-        out, in the background while the decode runs (never waited for: a reply that has
-        not come by the end leaves a lower bound). Only when there are such shares and the
-        diagnostics plugin is on."""
-        monitor = self._monitor
-        if self._quantiles is not None or self._plain is None or not monitor or not monitor.send:
-            return
-        arrived = self.decider.arrival
-        out = sorted({self.workers[i] for i in self._plain if i not in arrived})
-        if out:
-            self._quantiles = asyncio.ensure_future(
-                _dist.run_on_scheduler(self.client, _model_quantiles, out)
-            )
-            self._quantiles.add_done_callback(_quiet)
-
-    def _fill_savings(self) -> None:
-        """The uncoded counterfactual into the report (``docs/diagnostics.md``, "What a job
-        saved"), from the arrivals and, if it answered already, the straggler model."""
-        rep = self.report
-        if rep.status != "finished" or rep.time_to_decode is None:
-            return
-        predictions = None
-        q = self._quantiles
-        if q is not None and q.done() and not q.cancelled() and q.exception() is None:
-            predictions = q.result()
-        # a plain share still out had not finished by the decode; one still pending now,
-        # not by now (the result is being handed over)
-        now = self._elapsed()
-        since = {
-            i: now
-            if getattr(self._evals.get(i), "status", None) == "pending"
-            else rep.time_to_decode
-            for i in self._plain or ()
-        }
-        cf = plain_ready(self._plain, rep.arrival, rep.failed, since, rep.workers, predictions)
-        rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
-        rep.plain_estimated = cf.estimated
-        rep.plain_ready_estimated = bool(cf.estimated)
-        if cf.plain_ready is not None:
-            rep.time_saved = cf.plain_ready - rep.time_to_decode
-        rep.uncoded_tasks = uncoded_tasks(self._data_rows, self._plain, rep.returned) or []
-
-    def _fill_cpu(self, cpu: dict[Any, float] | None) -> None:
-        """Thread-seconds of the coded tasks (the scheduler plugin's measure) into the
-        report: in total, and beyond what an uncoded run would have spent."""
-        if cpu is None:
-            return
-        rep = self.report
-        per_task = {int(i): float(v) for i, v in cpu.items()}
-        self.task_seconds = per_task
-        uncoded = rep.uncoded_tasks if self._plain is not None and rep.uncoded_tasks else None
-        rep.total_cpu, rep.redundant_cpu = cpu_split(per_task, self.code.K, rep.N, uncoded)
-
-    def _out_dtype(self, dtype: str, selects: bool) -> np.dtype[Any]:
-        """The output's dtype: the results' own where the decode ``selects`` them
-        (:func:`.worker.picks`), float64 where it mixes integer results."""
-        out = np.dtype(dtype)
-        if self.transform is not None:  # what the inverse map gives, in float
-            return out if out.kind == "f" else np.dtype(np.float64)
-        if not selects and out.kind != "f":
-            out = np.dtype(np.float64)
-        return out
-
-    def transfer_bound(self) -> float | None:
-        """Seconds a transfer from the workers may still take: up to the job's timeout
-        plus ``TRANSFER_GRACE`` (the results a timeout decodes from are fetched after
-        it); None without a timeout.
-
-        A frozen worker (SIGSTOP, a long pause) still counts as running on the scheduler
-        until ``worker-ttl`` removes it, and a transfer from it never ends: a decode
-        waiting on one would hold the job past its timeout for as long as the worker is
-        frozen.
-        """
-        if self.timeout is None:
-            return None
-        return max(self.timeout - self._elapsed(), 0.0) + TRANSFER_GRACE
-
-    async def gather_values(self, indices: list[int]) -> None:
-        """Bring the results of ``indices`` to the client (those not here yet); a result
-        whose worker left, or (with a timeout) did not send it in time, is written off."""
-        want = {i: self._evals[i] for i in indices if i not in self._values and i in self._evals}
-        if not want:
-            return
-        bound = self.transfer_bound()
-        got = await self.watched_gather(want, timeout=bound)
-        for i in want:
-            if isinstance(got.get(i), EvalFailure):  # its type did not reach the client
-                self.decider.rejected(i, got[i].reason)
-            elif i in got and got[i] is not None:
-                self._values[i] = np.asarray(got[i])
-            elif self.timeout is not None and self._elapsed() >= self.timeout:
-                self.decider.lost(
-                    i,
-                    f"result not sent by worker {self.workers[i]} within the timeout of "
-                    f"{self.timeout}s (the worker does not answer: frozen?)",
-                )
-            else:
-                self.decider.lost(i, f"result lost with worker {self.workers[i]}")
-
-    async def watched_gather(
-        self, want: dict[int, Future[Any]], timeout: float | None = None
-    ) -> dict[int, Any]:
-        """Gather ``want`` (coded index -> a future on that result's worker: the result or
-        its sketch), skipping errors; returns what arrived.
-
-        A result whose worker left before the transfer is recomputed by the scheduler on
-        that (departed) worker only, so a plain gather would wait forever: the workers are
-        watched, and once one of them is gone (or ``timeout`` seconds passed) only what is
-        finished on a live worker is taken.
-        """
-        poll = min(config.seconds("poll-interval"), 0.25)
-        loop = asyncio.get_running_loop()
-        end = None if timeout is None else loop.time() + timeout
-        gather = asyncio.ensure_future(_dist.gather(self.client, want, errors="skip"))
-        while True:
-            wait = poll if end is None else max(min(poll, end - loop.time()), 0)
-            done, _ = await asyncio.wait({gather}, timeout=wait)
-            if done:
-                # lost mid-transfer, or cancelled by the scheduler: written off
-                with contextlib.suppress(Exception, FutureCancelledError):
-                    return dict(gather.result())
-                return {}
-            live = set(await _dist.running_workers(self.client))
-            lost = any(
-                self.workers[i] not in live
-                or "lost" in (f.status, getattr(self._evals.get(i), "status", None))
-                for i, f in want.items()
-            )
-            if lost or (end is not None and loop.time() >= end):
-                gather.cancel()
-                with contextlib.suppress(BaseException):
-                    await gather
-                here = {
-                    i: f
-                    for i, f in want.items()
-                    if f.status == "finished" and self.workers[i] in live
-                }
-                if end is not None:
-                    # past the bound: leave out the results of workers that do not answer
-                    # (frozen: no heartbeat), whose transfer would hold back the others'
-                    # (the client batches concurrent gathers into one request)
-                    silent = set(
-                        await _dist.run_on_scheduler(self.client, silent_workers, sorted(live))
-                    )
-                    here = {i: f for i, f in here.items() if self.workers[i] not in silent}
-                    with contextlib.suppress(Exception, FutureCancelledError):
-                        return dict(
-                            await asyncio.wait_for(
-                                _dist.gather(self.client, here, errors="skip"), TRANSFER_GRACE
-                            )
-                        )
-                    return {}
-                with contextlib.suppress(Exception, FutureCancelledError):
-                    return dict(await _dist.gather(self.client, here, errors="skip"))
-                return {}
-
-    def _reject(self, used: list[int], specs: list[ResultSpec]) -> bool:
-        """Write off the results whose shape differs from the majority; True if any.
-
-        The shapes are counted over every result this job's decodes have seen, whatever
-        their arrival order. One odd result is an erasure (a faulty worker). Two or more
-        results whose shapes differ from the majority mean f's output shape depends on
-        the values in its block (a boolean mask, a groupby of mixed values): no decode can
-        rebuild that, so the job fails with a ``ValueError``. Judged one decode at a time,
-        each odd result arriving alone was written off as a faulty worker's, and the job
-        decoded from the few that happened to agree.
-        """
-        self._shapes.update((i, spec[0]) for i, spec in zip(used, specs, strict=True))
-        seen = sorted(self._shapes)
-        expected, bad = majority([self._shapes[i] for i in seen])
-        if len(bad) >= 2:
-            shapes = sorted({self._shapes[seen[p]] for p in bad})
-            raise ValueError(
-                f"func's output shape depends on the values in its block: the coded results "
-                f"have shapes {[expected, *shapes][:6]} (and {len(bad)} of {len(seen)} "
-                "differ from the most common one). Coded computing decodes f's outputs "
-                "from combinations of blocks, so the shape of f(block) must depend only on "
-                "the block's shape (no boolean masks or value-dependent groupbys); run this "
-                "f with plain Dask (e.g. map_blocks / map_partitions)."
-            )
-        odd = [i for i, spec in zip(used, specs, strict=True) if spec[0] != expected]
-        for i in odd:
-            self.decider.rejected(
-                i,
-                f"InvalidResult: result shape {self._shapes[i]} differs from the shape "
-                f"{expected} of the other results",
-            )
-        return bool(odd)
-
-    def _refuse_rounding(self, top: int | None) -> None:
-        """An exact code's decode mixed f's integer results beyond 2**53 (up to ``top``)
-        in float64: the answer would be rounded under an exact label (Lagrange). Refused
-        with a ``ValueError``; an approximate code's answer is approximate anyway, and a
-        transform's is float, exact up to rounding as documented."""
-        if top is None or not self.code.exact or self.transform is not None:
-            return
-        raise ValueError(
-            f"func returned integers beyond 2**53 (up to {top}) and {self.code!r} decodes "
-            "them by float64 arithmetic, which rounds them, while its answer is labelled "
-            "exact. Return floats if float64 precision is enough, or use code='repetition' "
-            "(its decode selects results, keeping every digit)."
-        )
-
-    async def _decode_here(self, used: list[int]) -> Any:
-        """One gather of the used results and one matrix product on the client."""
-        await self.gather_values(used)
-        if any(i not in self._values for i in used):
-            return _NOTHING
-        specs = [spec_of(self._values[i]) for i in used]
-        if self._reject(used, specs):
-            return _NOTHING
-        (shape, _), _ = consistent(specs)
-        D = self.code.decoding_matrix(used)
-        cols = picks(D)
-        dtype = picked_dtype(cols, [spec[1] for spec in specs]).str
-        stacked = np.stack([self._values[i] for i in used])
-        if self.transform is not None:
-            cols = None  # the inverse map needs the decode in float
-        if cols is not None:  # exact copies: selected, their dtype and digits kept
-            decoded = np.stack([self._values[used[c]] for c in cols])
-        else:
-            self._refuse_rounding(mixed_beyond_float64([self._values[i] for i in used]))
-            decoded = contract(D, stacked)  # code.decode, with the matrix already built
-        self.quality.residual = decode_residual(self.code, stacked, used)
-        if self.transform is not None:
-            decoded = self.transform.inverse(decoded)
-        out_dtype = self._out_dtype(dtype, cols is not None)
-        values = list(decoded.astype(out_dtype, copy=False))
-        return self.blocks.assemble(values, shape, out_dtype, self.combine)
-
-    async def _decode_on_cluster(self, used: list[int]) -> Any:
-        """One graph: a decode task next to the first used result (a tiled matrix product
-        over the used results, which also sketches them), one task per output block and a
-        small summary the client gathers for the shapes and the error estimate."""
-        self._round += 1
-        tok, r = self.token, self._round
-        near = [self.workers[used[0]]]
-        stack_key = keys.stack_key(tok, r)
-        sketch = self.quality.decode_sketch()
-        D = self.code.decoding_matrix(used)
-        tasks = [
-            TaskSpec(
-                stack_key,
-                stack_decode_task,
-                (
-                    D,
-                    sketch,
-                    self.transform,
-                    self.code.check_matrix(used),
-                    *[self._evals[i] for i in used],
-                ),
-                workers=near,
-                loose=True,
-                keep=False,
-            ),
-            TaskSpec(keys.info_key(tok, r), decoded_info, (TaskRef(stack_key),), near, True),
-        ]
-        tasks += [
-            TaskSpec(keys.decode_key(tok, j, r), decoded_block, (TaskRef(stack_key), j), near, True)
-            for j in range(self.code.K)
-        ]
-        futures = submit_graph(self.client, tasks)
-        info_fut = futures.pop(keys.info_key(tok, r))
-        blocks = list(futures.values())
-        self._stage = [info_fut, *blocks]
-        ac = self._ac
-        assert ac is not None  # the loop that runs this decode made it
-        ac.add(info_fut)
-        info = await self._await_stage(info_fut, used)
-        if info is _NOTHING:
-            await self._drop_stage()
-            return _NOTHING
-        self._refuse_rounding(info.get("rounded"))
-        self.quality.add_sketches(used, info.get("sketches"))
-        self.quality.residual = info.get("residual")
-        shape, dtype = tuple(info["shape"]), info["dtype"]
-        out_dtype = self._out_dtype(dtype, picks(D) is not None and self.transform is None)
-        if self.blocks.gather_output:
-            values = await self._gather_from(blocks, near[0])
-            if values is None:  # the decode's worker left with the blocks: decode again
-                await self._check_workers()
-                await self._drop_stage()
-                return _NOTHING
-            self._stage = []
-            return self.blocks.assemble(
-                [np.asarray(v).astype(out_dtype, copy=False) for v in values],
-                shape,
-                out_dtype,
-                self.combine,
-            )
-        self._stage = []
-        return self.blocks.assemble(blocks, shape, out_dtype, self.combine)
-
-    async def _gather_from(self, futures: list[Future[Any]], where: str) -> list[Any] | None:
-        """Gather ``futures``, computed on worker ``where``; None once that worker left.
-
-        Bounded: were the worker to leave, the scheduler would recompute the decode from
-        coded results pinned strictly to their workers, one of them the departed worker
-        (the decode runs next to its first result), and a plain gather would wait for
-        ever.
-        """
-        poll = min(config.seconds("poll-interval"), 0.25)
-        gather = asyncio.ensure_future(_dist.gather(self.client, futures))
-        while True:
-            done, _ = await asyncio.wait({gather}, timeout=poll)
-            if done:
-                try:
-                    return list(gather.result())
-                except (Exception, FutureCancelledError):
-                    if where not in set(await _dist.running_workers(self.client)):
-                        return None  # lost with the worker, mid-transfer: decode again
-                    raise  # any other failure ends the job (a redo would meet it again)
-            if where not in set(await _dist.running_workers(self.client)):
-                gather.cancel()
-                with contextlib.suppress(BaseException):
-                    await gather
-                return None
-            try:
-                self._check_overdue("the transfer of the decoded blocks")
-            except InsufficientResults:
-                gather.cancel()
-                with contextlib.suppress(BaseException):
-                    await gather
-                raise
-
-    async def _await_stage(
-        self, info_fut: Future[Any], used: list[int]
-    ) -> DecodedInfo | Literal[_Nothing.NOTHING]:
-        """Wait for the decode's summary while following the coded tasks (late results
-        land, workers leave); ``_NOTHING`` when the decode must be redone."""
-        poll = config.seconds("poll-interval")
-        ac = self._ac
-        assert ac is not None
-        while True:
-            if self._cancel_requested:
-                raise asyncio.CancelledError
-            fut: Future[Any] | None
-            try:
-                fut = await asyncio.wait_for(ac.__anext__(), timeout=poll)
-            except (asyncio.TimeoutError, StopAsyncIteration):
-                fut = None
-            if fut is None:
-                await self._check_workers()
-                if self.decider.decoding is None:
-                    return _NOTHING  # a used result was lost with its worker
-                self._check_overdue("the decode on the cluster")
-                continue
-            if fut.key != info_fut.key:
-                await self._arrived(fut)
-                continue
-            if fut.status == "finished":
-                try:  # bounded by the timeout: the decode's worker may not answer
-                    info: DecodedInfo = await asyncio.wait_for(
-                        _dist.gather(self.client, fut), self.transfer_bound()
-                    )
-                except asyncio.TimeoutError:
-                    self._check_overdue("the decode on the cluster", now=True)
-                    raise
-                return info
-            exc = await _dist.exception(fut) if fut.status == "error" else None
-            if isinstance(exc, InconsistentResults):
-                failures = [p for p, spec in enumerate(exc.specs) if spec[1] == "failure"]
-                for p in failures:  # evals that failed, their type unknown here
-                    self.decider.rejected(used[p], "the eval failed (seen by the decode)")
-                if not failures:
-                    self._reject(used, exc.specs)
-                return _NOTHING
-            await self._check_workers()
-            if self.decider.decoding is None:
-                return _NOTHING
-            error = RuntimeError(
-                f"coded job {self.token}: decode task failed: "
-                f"{describe(exc) if exc else fut.status}"
-            )
-            raise error from exc
-
-    def _check_overdue(self, what: str, now: bool = False) -> None:
-        """Past the timeout (and ``TRANSFER_GRACE``), a decode on the cluster still
-        running ends the job: a worker it needs does not answer (frozen: the scheduler
-        still counts it as running), and waiting for it would hold the job past its
-        timeout for as long as that lasts. ``now``: the bound ran out already (a wait
-        bounded by :meth:`transfer_bound`)."""
-        if self.timeout is None:
-            return
-        if not now and self._elapsed() < self.timeout + TRANSFER_GRACE:
-            return
-        exc = InsufficientResults(
-            f"coded job {self.token}: {what} did not finish within the timeout of "
-            f"{self.timeout}s: a worker holding a result it decodes from, or running it, "
-            f"does not answer (frozen?); results used: {self.decider.decoding}"
-        )
-        self._sync_report()
-        exc.report = self.report
-        raise exc
-
-    async def _drop_stage(self) -> None:
-        stage, self._stage = self._stage, []
-        if stage:
-            with contextlib.suppress(Exception):
-                await _dist.cancel(self.client, stage)
-
-    def _insufficient(self, action: GiveUp) -> Exception:
-        rep, need = self.report, self.policy.target(self.code)
-        self._sync_report()
-        why = []
-        if self.code.exact or self.decider.exact_only:
-            # an exact decode needs each block's own data: say which blocks lack it
-            # (repetition: "5 of 6 arrived, needs 4" reads as if enough did)
-            rows = self.code.data_rows()
-            if len(rows) == self.code.N or self.decider.exact_only:
-                have = {rows[i] for i in action.usable if i in rows}
-                if lacking := [b for b in range(self.code.K) if b not in have]:
-                    blocks = ", ".join(map(str, lacking[:8])) + (
-                        ", ..." if len(lacking) > 8 else ""
-                    )
-                    why.append(f"no usable copy of block{'s' * (len(lacking) > 1)} {blocks}")
-        # one line per kind of failure ("worker <addr> left", "func raised on coded share 3
-        # ...: ValueError: ..."): reasons that differ only in their numbers and addresses
-        # are one kind, shown by its first reason as it was (the user's message intact)
-        kinds: dict[str, list[str]] = {}
-        for r in rep.failed.values():
-            kind = re.sub(r"\d+", "#", re.sub(r"[a-z]+://\S+", "<addr>", r))
-            kinds.setdefault(kind, []).append(r)
-        for same in sorted(kinds.values(), key=len, reverse=True):
-            like = "" if len(set(same)) == 1 else ", for example"
-            why.append(f"{len(same)} x{like} {same[0][:300]}")
-        if action.pending and self.timeout is not None:
-            why.append(f"{len(action.pending)} still running at the timeout of {self.timeout}s")
-        elif action.pending:
-            why.append(f"{len(action.pending)} still running")
-        if self.decider.exact_only:
-            why.append(
-                "only an exact decode would do (func failed on coded shares that mix "
-                "blocks) and the shares of some block's own data are all gone"
-            )
-        exc = InsufficientResults(
-            f"coded job {self.token}: {len(action.usable)} usable result(s) of N={self.code.N} "
-            f"arrived and {type(self.code).__name__} cannot decode from them (it waits for "
-            f"{need}, at least {self.code.min_results} that make a decodable set); missing: "
-            + ("; ".join(why) or "none")
-            + f" [{action.trigger}]"
-        )
-        exc.report = rep
-        exc.__cause__ = self._cause
-        return exc
 
     # -- the end ---------------------------------------------------------------------------
     def _release(self) -> tuple[dict[int, Future[Any]], list[Future[Any]]]:
@@ -1340,18 +706,3 @@ async def _drop_when_done(held: list[tuple[Future[Any], str]], client: Client) -
                 held[:] = [(f, w) for f, w in held if w in live]
                 await _dist.cancel(client, gone, reason="bacc: worker left")
     held.clear()
-
-
-def _quiet(task: asyncio.Future[Any]) -> None:
-    """Retrieve a background request's exception (best effort: nothing depends on it)."""
-    if not task.cancelled():
-        task.exception()
-
-
-class _Nothing(enum.Enum):
-    """No output this time: a decode's inputs were rejected or lost (decide again)."""
-
-    NOTHING = enum.auto()
-
-
-_NOTHING: Literal[_Nothing.NOTHING] = _Nothing.NOTHING

@@ -54,9 +54,25 @@ def apply(
 
 
 def result_spec(out: Any) -> tuple[tuple[int, ...], str]:
-    """On a worker: the ``(shape, dtype)`` of a block's output, checked as a coded
-    result is (a real numeric, plain NumPy array; NaN and inf pass, as in plain Dask)."""
+    """The ``(shape, dtype)`` of a block's output, checked as a coded result is (a real
+    numeric, plain NumPy array; NaN and inf pass, as in plain Dask)."""
     return spec_of(check_result(out, finite=False))
+
+
+def held_specs(
+    keys: list[Key], dask_worker: Any = None
+) -> dict[Key, tuple[tuple[int, ...], str] | Exception]:
+    """On each worker (``client.run``): :func:`result_spec` of those of ``keys`` it holds,
+    or the exception that says why the output is not an array; one message per worker
+    where a task per block would be K."""
+    out: dict[Key, tuple[tuple[int, ...], str] | Exception] = {}
+    for key in keys:
+        if key in dask_worker.data:
+            try:
+                out[key] = result_spec(dask_worker.data[key])
+            except Exception as exc:  # InvalidResult, UnsupportedResult: raised below
+                out[key] = exc
+    return out
 
 
 def blocks_layer(
@@ -145,8 +161,7 @@ class BlocksJob(RedundantJob):
             outs: list[Any] = [check_result(v, finite=False) for v in got]
             specs = [spec_of(v) for v in outs]
         else:
-            checks = self.client.map(result_spec, futures, pure=False)
-            specs = await _dist.gather(self.client, checks)
+            specs = await self._specs_on_workers(futures)
             outs = futures
         (shape, dtype), bad = consistent(specs)
         if bad:
@@ -160,6 +175,29 @@ class BlocksJob(RedundantJob):
         if self.blocks.gather_output:
             outs = [np.asarray(v).astype(out_dtype, copy=False) for v in outs]
         return self.blocks.assemble(outs, shape, out_dtype, self.combine)
+
+    async def _specs_on_workers(
+        self, futures: list[Future[Any]]
+    ) -> list[tuple[tuple[int, ...], str]]:
+        """The specs of outputs that stay on the cluster, asked of the workers holding
+        them; one whose worker left meanwhile is checked by a task (recomputed)."""
+        found: dict[Key, Any] = {}
+        keys = [f.key for f in futures]
+        replies = await self.client.run(held_specs, keys)
+        for reply in replies.values():
+            found.update(reply)
+        missing = [f for f in futures if f.key not in found]
+        if missing:
+            checks = self.client.map(result_spec, missing, pure=False)
+            got = await _dist.gather(self.client, checks)
+            found.update(zip([f.key for f in missing], got, strict=True))
+        specs = []
+        for key in keys:
+            spec = found[key]
+            if isinstance(spec, Exception):
+                raise spec
+            specs.append(spec)
+        return specs
 
 
 async def submit_waves(
