@@ -456,7 +456,7 @@ class CodedData:
     def hold_for_next_call(self, job: JobView, running: dict[int, Future[Any]]) -> None:
         """A call ended with these evals still running ``func`` (called by its launch
         policy, on the client's loop): the next call evaluates their shares elsewhere
-        (:meth:`_placement`)."""
+        (``CodedData._placement``)."""
         if self._released:
             # released while this call ran: no next call to reroute, and a held eval would
             # keep its share on the scheduler until func returns; cancelled as release()
