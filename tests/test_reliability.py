@@ -202,6 +202,26 @@ async def test_spans_of_finished_jobs_do_not_accumulate(c, s, *workers):
     assert len(s.workers) == 8
 
 
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_spans_of_finished_layer_jobs_do_not_accumulate(c, s, *workers):
+    """Layer jobs (coded(), coding(), dataframes, map_coded in waves) open a span each,
+    as coded jobs do, and have no clean-up round trip of their own: they prune too."""
+    ext = s.extensions["spans"]
+    settings = {"bacc.diagnostics.history": 3, "bacc.diagnostics.span-ttl": "0s"}
+    with dask.config.set(settings):
+        for _ in range(10):
+            out = await dask_bacc.map_coded(np.tanh, X, n_blocks=12, code="hedged", client=c)
+            np.testing.assert_array_equal(out, np.tanh(X))
+        await assert_no_bacc_tasks(s)
+        await dask_bacc.map_coded(np.tanh, X, n_blocks=12, code="hedged", client=c)
+    roots = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
+    while len(roots) > 3 + 1:  # the last job's pruning request is answered without a reply
+        await asyncio.sleep(0.01)
+        roots = [sp for sp in ext.root_spans if sp.name == ("bacc",)]
+    assert 1 <= len(roots) <= 3 + 1
+
+
 def positives(b):
     return b[b[:, 0] > 0]
 

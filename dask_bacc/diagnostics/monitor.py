@@ -24,7 +24,14 @@ from .. import config
 from .plugin import HANDLER, PLUGIN_NAME, BaccDiagnostics
 from .progress import ProgressBar, want_progress
 
-__all__ = ["JobMonitor", "ensure_plugin", "jsonable", "register", "start_job"]
+__all__ = [
+    "JobMonitor",
+    "ensure_plugin",
+    "jsonable",
+    "prune_finished_spans",
+    "register",
+    "start_job",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +170,20 @@ def prune_spans(scheduler: Any, keep: int, ttl: float, now: float) -> int:
             pruned += 1
         ext.root_spans.remove(root)
     return pruned
+
+
+def prune_finished_spans(dask_scheduler: Any = None) -> int:
+    """On the scheduler (``run_on_scheduler``): :func:`prune_spans` with the
+    ``bacc.diagnostics`` settings; what a job that has no clean-up round trip of its own
+    (a layer job) sends as it ends."""
+    from distributed.metrics import time as now
+
+    return prune_spans(
+        dask_scheduler,
+        keep=int(config.get("diagnostics.history")),
+        ttl=config.seconds("diagnostics.span-ttl"),
+        now=now(),
+    )
 
 
 class JobMonitor:
