@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .latency import LatencyModel, TaskObservation, WorkerPrediction
-from .monitor import JobMonitor, prune_finished_spans, register, start_job
+from .monitor import JobMonitor, register, start_job
 from .plugin import HANDLER, PLUGIN_NAME, BaccDiagnostics
 from .progress import interactive, want_progress
 
@@ -39,7 +39,6 @@ __all__ = [
     "get_stats",
     "interactive",
     "model_view",
-    "prune_finished_spans",
     "register",
     "start_job",
     "want_progress",

@@ -41,6 +41,7 @@ from distributed.client import FutureCancelledError
 
 from .. import config, diagnostics
 from ..collections.layer import Layer
+from ..diagnostics.monitor import prune_finished_spans
 from ..exceptions import InsufficientResults
 from . import _dist, keys
 from .handle import JobHandle, describe
@@ -652,9 +653,7 @@ class RedundantJob(JobHandle):
         if self._monitor is not None:
             self._monitor.finished()  # progress bar, report to the scheduler plugin
             if self._monitor.send:  # its span, like every job's, is pruned in time
-                _background(
-                    _dist.run_on_scheduler(self.client, diagnostics.prune_finished_spans)
-                )
+                _background(_dist.run_on_scheduler(self.client, prune_finished_spans))
         if self._unpinning is not None:
             self._unpinning.cancel()
         _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
