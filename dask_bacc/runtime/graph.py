@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dask.typing import Key
     from distributed import Client, Future
 
-__all__ = ["TaskSpec", "submit_graph"]
+__all__ = ["TaskSpec", "held_apart", "submit_graph"]
 
 
 @dataclass
@@ -75,3 +75,16 @@ def submit_graph(client: Client, tasks: Sequence[TaskSpec]) -> dict[Key, Future[
     keys = [t.key for t in tasks if t.keep]
     futures = get(client, HighLevelGraph(layers, deps), keys)
     return dict(zip(keys, futures, strict=True))
+
+
+def held_apart(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether f's arguments go to the cluster as one task that every task of the job
+    reads (above ``bacc.args-inline-limit``: model weights, say), not inside each task's
+    spec."""
+    from dask.sizeof import sizeof
+    from dask.utils import parse_bytes
+
+    from .. import config
+
+    limit = parse_bytes(config.get("args-inline-limit"))
+    return bool(args or kwargs) and sizeof((args, kwargs)) > limit

@@ -38,12 +38,12 @@ from ..codes import Code
 from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
-from ..diagnostics.monitor import JobMonitor, prune_spans
+from ..diagnostics.monitor import JobMonitor, prune_finished_spans
 from ..exceptions import InvalidInput
 from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
 from .decoding import _NOTHING, DecodingJob
-from .graph import TaskSpec, submit_graph
+from .graph import TaskSpec, held_apart, submit_graph
 from .handle import describe
 from .jobview import CallArg
 from .launch import CodedLaunch, Launch
@@ -194,14 +194,9 @@ def _job_done(
         if ts is not None and ts.state == "processing":
             running.append(key)
     # the spans of long-finished jobs, or the scheduler's memory grows with every job
+    prune_finished_spans(dask_scheduler)
     from distributed.metrics import time as now
 
-    prune_spans(
-        dask_scheduler,
-        keep=int(config.get("diagnostics.history")),
-        ttl=config.seconds("diagnostics.span-ttl"),
-        now=now(),
-    )
     plugin = dask_scheduler.plugins.get(diagnostics.PLUGIN_NAME)
     cpu_of = getattr(plugin, "cpu_of", None)
     moved = getattr(plugin, "moved_bytes", None)
@@ -367,12 +362,8 @@ class CodedJob(DecodingJob):
     def _call_arg(self, tasks: list[TaskSpec]) -> CallArg:
         """``(args, kwargs)`` for the eval specs: inline, or (large ones, e.g. model
         weights) one task in the same graph that every eval depends on."""
-        from dask.sizeof import sizeof
-        from dask.utils import parse_bytes
-
         call = (self.args, self.kwargs)
-        limit = parse_bytes(config.get("args-inline-limit"))
-        if (self.args or self.kwargs) and sizeof(call) > limit:
+        if held_apart(self.args, self.kwargs):
             key = keys.args_key(self.token)
             tasks.append(TaskSpec(key, hold, (call,)))
             return TaskRef(key)

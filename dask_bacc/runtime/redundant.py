@@ -33,7 +33,7 @@ import math
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ from .placement import choose_workers, place_copies, release_restrictions
 from .report import JobReport
 from .rules import Speculation
 from .savings import cpu_split, plain_ready
+from .sending import detach
 from .worker import run_started
 
 if TYPE_CHECKING:
@@ -653,7 +654,9 @@ class RedundantJob(JobHandle):
         if self._monitor is not None:
             self._monitor.finished()  # progress bar, report to the scheduler plugin
             if self._monitor.send:  # its span, like every job's, is pruned in time
-                _background(_dist.run_on_scheduler(self.client, prune_finished_spans))
+                detach(
+                    asyncio.ensure_future(_dist.run_on_scheduler(self.client, prune_finished_spans))
+                )
         if self._unpinning is not None:
             self._unpinning.cancel()
         _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
@@ -665,23 +668,6 @@ class RedundantJob(JobHandle):
         self._deps, self._copies, self._winner, self._data = {}, {}, {}, {}
         self._index_of = {}
         self._ac = None
-
-
-#: requests the jobs send as they end, held until they are answered
-_pending: set[asyncio.Future[Any]] = set()
-
-
-def _background(request: Awaitable[Any]) -> None:
-    """Send ``request`` and forget it (best effort: nothing waits on it)."""
-    task = asyncio.ensure_future(request)
-    _pending.add(task)
-
-    def done(t: asyncio.Future[Any]) -> None:
-        _pending.discard(t)
-        if not t.cancelled():
-            t.exception()  # retrieved: a closing client is no news
-
-    task.add_done_callback(done)
 
 
 def _holders(keys: list[Key], dask_scheduler: Any = None) -> dict[Key, dict[str, int]]:

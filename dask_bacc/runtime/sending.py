@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from ..collections import Blocks
 
-__all__ = ["ClientBlocks", "local_arrays"]
+__all__ = ["ClientBlocks", "detach", "local_arrays"]
 
 
 class ClientBlocks:
@@ -108,7 +108,7 @@ class ClientBlocks:
             for t in done:
                 if t.exception() is None:
                     for loser in tries:  # let it land and go: its keys are never read
-                        _detach(loser)
+                        detach(loser)
                     return t.result()
         return await second  # both failed: its exception
 
@@ -123,14 +123,16 @@ class ClientBlocks:
         return {keys.parse(k).index: (worker, f) for k, f in out.items()}  # type: ignore[union-attr, misc]
 
 
-#: transfers given up for a faster copy, held until they end (then their futures go)
+#: requests left to run in the background (transfers given up for a faster copy, a
+#: finished job's last message), held until they end
 _detached: set[asyncio.Future[Any]] = set()
 
 
-def _detach(task: asyncio.Future[Any]) -> None:
-    """Let a transfer run to its end in the background, then drop what it sent: cancelled
-    midway, a direct scatter could leave the data on the worker with the scheduler never
-    told (nothing would release it)."""
+def detach(task: asyncio.Future[Any]) -> None:
+    """Let a request run to its end in the background, then drop it; its exception is
+    retrieved (a worker that left, a closing client: no news). A transfer given up for a
+    faster copy is left to land: cancelled midway, a direct scatter could leave the data
+    on the worker with the scheduler never told (nothing would release it)."""
     _detached.add(task)
 
     def done(t: asyncio.Future[Any]) -> None:

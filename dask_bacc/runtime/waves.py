@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import config
 from ..collections.layer import Layer
 from . import _dist
+from .graph import held_apart
 from .redundant import EXACT_LAYER_CODES, Policy, RedundantJob, policy_for
 from .worker import check_result, consistent, hold, spec_of
 
@@ -87,13 +87,11 @@ def blocks_layer(
     ``bacc.args-inline-limit``) are one task of the graph that every block's task reads,
     as a coded job's are."""
     from dask._task_spec import GraphNode, Task, TaskRef
-    from dask.sizeof import sizeof
-    from dask.utils import parse_bytes
 
     tag = uuid.uuid4().hex
     graph: dict[Key, GraphNode] = {}
     call: Any = (args, kwargs)
-    if (args or kwargs) and sizeof(call) > parse_bytes(config.get("args-inline-limit")):
+    if held_apart(args, kwargs):
         call_key = f"bacc-call-{tag}"
         graph[call_key] = Task(call_key, hold, call)
         call = TaskRef(call_key)
