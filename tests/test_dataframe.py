@@ -133,12 +133,19 @@ def test_accepted_dtypes_and_what_f_sees():
     ids=["nan", "nullable NA", "inf"],
 )
 def test_missing_or_infinite_values_raise_value_error(column, match):
+    """NaN and inf are refused for the codes that mix blocks (``check_finite``, which the
+    runtime calls for those only); pandas NA as the data is read (under every code)."""
     df = pd.DataFrame({"ok": np.arange(4.0), "x": column})
     with pytest.raises(ValueError, match=match):
-        frame_blocks(df, n_blocks=2)
+        frame_blocks(df, n_blocks=2).check_finite()
     with pytest.raises(ValueError, match=r"(missing|inf) values.* in the Series"):
-        frame_blocks(df["x"], n_blocks=2)
-    frame_blocks(df, n_blocks=2, columns=["ok"])  # not selected: not looked at
+        frame_blocks(df["x"], n_blocks=2).check_finite()
+    frame_blocks(df, n_blocks=2, columns=["ok"]).check_finite()  # not selected: not looked at
+    if column.dtype == np.float64:  # read as is: a code that copies blocks passes them on
+        np.testing.assert_array_equal(frame_blocks(df["x"], n_blocks=2).values, column)
+    else:
+        with pytest.raises(ValueError, match=match):
+            frame_blocks(df, n_blocks=2)
 
 
 def test_columns_argument_checks():
@@ -552,7 +559,20 @@ BAD_FRAMES = [
         True,
     ),
     # data values are only seen on the workers for dask input (see the NaN test)
-    ("NaN", {"frame": pd.DataFrame({"a": [1.0, np.nan, 2.0, 3.0]})}, ValueError, "fillna", False),
+    (
+        "NaN, a code that mixes blocks",
+        {"frame": pd.DataFrame({"a": [1.0, np.nan, 2.0, 3.0]}), "code": "berrut"},
+        ValueError,
+        "fillna",
+        False,
+    ),
+    (
+        "NA, any code",
+        {"frame": pd.DataFrame({"a": pd.array([1, None, 2, 3], dtype="Int64")})},
+        ValueError,
+        "fillna",
+        False,
+    ),
     ("ragged reduction", {"func": reduce, "n_blocks": 3}, ValueError, "n_blocks=2", False),
     ("n_blocks for dask", {"n_blocks": 2}, ValueError, "repartition", None),
 ]
@@ -577,6 +597,50 @@ async def test_bad_frames_rejected_before_submission(c, s, *workers, lazy, optio
     with pytest.raises(error, match=match):
         await dask_bacc.submit_coded(func, frame, client=c, **options)
     assert not s.tasks  # nothing reached the scheduler
+
+
+def quiet_log(frame):
+    """``np.log`` without the warning for negatives (NaN) and zeros (-inf)."""
+    with np.errstate(all="ignore"):
+        return np.log(frame)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", ["repetition", "hedged", "speculative"])
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_codes_that_copy_blocks_pass_nan_and_inf_in_pandas_as_plain_dask(
+    c, s, *workers, code
+):
+    """Issue 40, item 5: NaN and inf in pandas data and in f's output come back where
+    pandas puts them, with the input's index and dtypes, under the exact codes that
+    copy blocks (in memory, and kept with encode())."""
+    df = pd.DataFrame(
+        {"a": [1.0, np.nan, 2.0, -3.0, 0.0, np.inf, 5.0, 6.0], "n": np.arange(8)},
+        index=list("abcdefgh"),
+    )
+    expected = quiet_log(df)  # rowwise: what a map over any partitioning gives
+    got = await (await dask_bacc.submit_coded(quiet_log, df, code=code, n_blocks=4, client=c))
+    pd.testing.assert_frame_equal(got, expected)
+    series = await (
+        await dask_bacc.submit_coded(quiet_log, df["a"], code=code, n_blocks=4, client=c)
+    )
+    pd.testing.assert_series_equal(series, expected["a"])
+    data = await dask_bacc.encode(df, code=code, n_blocks=4, client=c)
+    pd.testing.assert_frame_equal(await (await data.submit(quiet_log)), expected)
+    data.release()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=EIGHT)
+async def test_nan_in_pandas_is_refused_by_the_codes_that_mix_blocks(c, s, *workers):
+    df = pd.DataFrame({"a": [1.0, np.nan, 2.0, 3.0] * 2, "b": np.arange(8.0)})
+    with pytest.raises(ValueError, match=r"missing values.*\['a'\].*fillna"):
+        await dask_bacc.submit_coded(np.tanh, df, code="berrut", n_blocks=4, client=c)
+    with pytest.raises(ValueError, match=r"inf values.*\['b'\]"):
+        await dask_bacc.encode(
+            df.fillna(0.0).assign(b=np.inf), code="systematic-spline", n_blocks=4, client=c
+        )
+    assert not s.tasks  # refused on the client, before anything was submitted
 
 
 @pytest.mark.slow

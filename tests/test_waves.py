@@ -123,6 +123,23 @@ def test_nan_and_inf_pass_as_in_plain_dask(client):
     np.testing.assert_array_equal(out, expected, strict=True)
 
 
+def test_nan_and_inf_pass_in_pandas_and_xarray_as_in_plain_dask(client):
+    import pandas as pd
+    import xarray as xr
+
+    X = np.array([-1.0, 0.0, 1.0, np.nan, 2.0, -3.0, np.inf, 5.0] * 2)
+    df = pd.DataFrame({"x": X, "y": X[::-1]}, index=np.arange(16) * 3)
+    arr = xr.DataArray(X, dims="t", coords={"t": np.arange(16) * 2}, name="v")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # np.log's own warnings
+        job = dask_bacc.submit_coded(np.log, df, n_blocks=8, client=client)
+        pd.testing.assert_frame_equal(job.result(), np.log(df))
+        assert job.report.code["waves"]  # more blocks than a coded job can place
+        job = dask_bacc.submit_coded(np.log, arr, n_blocks=8, client=client)
+        xr.testing.assert_identical(job.result(), np.log(arr))
+        assert job.report.code["waves"]
+
+
 def test_f_raising_fails_the_job_with_fs_exception(client):
     def boom(b):
         raise ZeroDivisionError("f failed on a block")

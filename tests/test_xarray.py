@@ -411,14 +411,45 @@ async def test_combine_must_agree_with_f(c, s, *workers):
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=FOUR)
-async def test_nan_in_dask_backed_data_fails_with_value_error(c, s, *workers):
+async def test_nan_is_refused_by_the_codes_that_mix_blocks(c, s, *workers):
+    """On the client for in-memory data (naming the variable), where the share is encoded
+    for dask-backed data."""
     arr = make_array().copy()
     arr[3, 1] = np.nan
+    with pytest.raises(ValueError, match="the data contains NaN or inf"):
+        await dask_bacc.submit_coded(rowwise, arr.rename(None), dim="time", code="berrut", client=c)
+    ds = make_dataset()
+    ds["temp"][0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"\['temp'\] contains NaN or inf"):
+        await dask_bacc.submit_coded(rowwise, ds, dim="time", code="berrut", client=c)
     job = await dask_bacc.submit_coded(
-        rowwise, arr.chunk({"time": 12}), client=c, n_coded=3, code="repetition"
+        rowwise, arr.chunk({"time": 12}), client=c, n_coded=3, code="berrut"
     )
     with pytest.raises(ValueError, match="NaN or inf"):
         await job
+
+
+def quiet_log(obj):
+    """``np.log`` without the warning for negatives (NaN) and zeros (-inf)."""
+    with np.errstate(all="ignore"):
+        return np.log(obj)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", ["repetition", "hedged", "speculative"])
+@gen_cluster(client=True, nthreads=FOUR)
+async def test_codes_that_copy_blocks_pass_nan_and_inf_as_plain_dask(c, s, *workers, code):
+    """Issue 40, item 5: NaN and inf in the data and in f's output come back where plain
+    Dask (xarray's map_blocks) puts them, in memory and dask-backed."""
+    arr = make_array().copy() - 0.5
+    arr[3, 1], arr[5, 0], arr[20, 2] = np.nan, np.inf, 0.0
+    chunked = arr.chunk({"time": 6})
+    expected = xr.map_blocks(quiet_log, chunked).compute(scheduler="sync")
+    got = await (await dask_bacc.submit_coded(quiet_log, arr, dim="time", code=code, client=c))
+    xr.testing.assert_identical(got, expected)
+    job = await dask_bacc.submit_coded(quiet_log, chunked, code=code, client=c)
+    out = await job
+    xr.testing.assert_identical(await c.compute(out), expected)
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -454,7 +485,13 @@ def _bad_inputs():
             TypeError,
             "'when'",
         ),
-        ("nan", (rowwise, nan_array()), {"dim": "time"}, ValueError, "NaN or inf"),
+        (
+            "nan, a code that mixes blocks",
+            (rowwise, nan_array()),
+            {"dim": "time", "code": "berrut"},
+            ValueError,
+            "NaN or inf",
+        ),
         ("no default dim", (rowwise, arr), {}, ValueError, "pass dim="),
         (
             "several chunked dims",
@@ -551,5 +588,6 @@ def test_flat_block_is_one_row_major_copy_of_every_variable():
     for j, block in enumerate(blocks):
         assert block.flags.c_contiguous
         np.testing.assert_array_equal(block, expected[4 * j : 4 * (j + 1)])
-    with pytest.raises(ValueError, match="NaN or inf"):
-        _flat_block((0,), np.dtype(float), np.array([[1.0], [np.nan]]))
+    # NaN is kept (a code that copies blocks passes it on; a mixed share refuses it)
+    kept = _flat_block((0,), np.dtype(float), np.array([[1.0], [np.nan]]))
+    np.testing.assert_array_equal(kept, [[1.0], [np.nan]])

@@ -202,9 +202,17 @@ def coded_dtype(
     return np.result_type(*[numeric_dtype(d) for _, d in pairs])
 
 
-def numeric_values(obj: Frame, dtype: np.dtype, what: str, rows: int | None = None) -> np.ndarray:
-    """``obj`` as one C-contiguous ``dtype`` array, rejecting non-numeric columns, NaN/NA
-    and inf; with ``rows``, padded to that many rows by repeating the last one.
+def numeric_values(
+    obj: Frame, dtype: np.dtype, what: str, rows: int | None = None, finite: bool = True
+) -> np.ndarray:
+    """``obj`` as one C-contiguous ``dtype`` array, rejecting non-numeric columns, pandas
+    NA (nullable columns) and, with ``finite``, NaN and inf; with ``rows``, padded to that
+    many rows by repeating the last one.
+
+    ``finite=False`` keeps NaN and inf (a code that copies blocks passes them through, as
+    plain Dask does: :meth:`PandasBlocks.check_finite` refuses them for the codes that mix
+    blocks). NA stays refused under every code: it has no float of its own that an
+    ``Int64`` or ``boolean`` column could carry through f and back.
 
     One conversion (pandas' column blocks to the row-major array the encode reads: a
     Fortran-ordered or strided array would be copied again by every encode that mixes it)
@@ -232,21 +240,30 @@ def numeric_values(obj: Frame, dtype: np.dtype, what: str, rows: int | None = No
     else:
         values = np.empty((rows, *raw.shape[1:]), dtype=raw.dtype)
         _pad_into(values, raw)  # the repeated rows are finite when the others are
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        columns = values.reshape(values.shape[0], -1)
-        missing = np.isnan(columns).any(axis=0)
-        if missing.any():
-            _raise_missing(pairs, missing, series, what)
-        where = (
-            "the Series"
-            if series
-            else f"column(s) {_pick(pairs, ~np.isfinite(columns).all(axis=0))}"
-        )
-        raise InvalidInput(
-            f"{what} has inf values in {where}; coded computing needs finite numbers: "
-            "replace them first (e.g. df.replace([np.inf, -np.inf], value))"
-        )
+    if finite:
+        refuse_nonfinite_values(values, pairs, series, what)
     return values
+
+
+def refuse_nonfinite_values(
+    values: np.ndarray, pairs: list[tuple[Any, Any]], series: bool, what: str
+) -> None:
+    """Raise :class:`~dask_bacc.exceptions.InvalidInput` naming the columns of ``values``
+    (labelled by ``pairs``) that hold NaN, else inf."""
+    if values.dtype.kind != "f" or np.isfinite(values).all():
+        return
+    columns = values.reshape(values.shape[0], -1)
+    missing = np.isnan(columns).any(axis=0)
+    if missing.any():
+        _raise_missing(pairs, missing, series, what)
+    where = (
+        "the Series" if series else f"column(s) {_pick(pairs, ~np.isfinite(columns).all(axis=0))}"
+    )
+    raise InvalidInput(
+        f"{what} has inf values in {where}; a code that mixes blocks needs finite numbers "
+        "(the exact codes that copy blocks, repetition, hedged and speculative, pass them "
+        "through): replace them first (e.g. df.replace([np.inf, -np.inf], value))"
+    )
 
 
 def _refuse_rounding(
@@ -293,8 +310,10 @@ def _refuse_rounding(
 def _raise_missing(pairs: list[tuple[Any, Any]], missing: Any, series: bool, what: str) -> None:
     where = "the Series" if series else f"column(s) {_pick(pairs, missing)}"
     raise InvalidInput(
-        f"{what} has missing values (NaN/NA) in {where}; coded computing needs finite "
-        "numbers: fill or drop them first (fillna(...) / dropna())"
+        f"{what} has missing values (NaN/NA) in {where}: a code that mixes blocks needs "
+        "finite numbers (NaN in float columns passes through the codes that copy blocks, "
+        "repetition, hedged and speculative; pandas NA in nullable columns through none): "
+        "fill or drop them first (fillna(...) / dropna())"
     )
 
 
@@ -875,9 +894,13 @@ class PandasBlocks(_FrameBlocks):
     lengths: list[int]  # known from the start
 
     def check_finite(self) -> None:
-        """Nothing to do: :func:`numeric_values` refused NaN/NA and inf already, naming
-        the columns (under every code, for now: a missing value of a nullable column has
-        no float that plain Dask's answer would keep)."""
+        """Refuse NaN and inf, naming the columns (the codes that mix blocks only: the
+        blocks were read keeping them; pandas NA was refused under every code)."""
+        if self.columns is None:  # a Series
+            refuse_nonfinite_values(self.values, [(self.name, self.input_dtypes)], True, "data")
+        else:
+            pairs = list(zip(self.columns, self.input_dtypes, strict=True))
+            refuse_nonfinite_values(self.values, pairs, False, "data")
 
     def __init__(
         self,
@@ -898,7 +921,7 @@ class PandasBlocks(_FrameBlocks):
         lengths = [stop - start for start, stop in self.bounds]
         super().__init__(frame, K, max(lengths), meta)
         self.lengths = lengths
-        self.values = numeric_values(frame, self.dtype, "data")
+        self.values = numeric_values(frame, self.dtype, "data", finite=False)
         self.index = frame.index
 
     def split(self) -> list[np.ndarray]:

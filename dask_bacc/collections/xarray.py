@@ -255,8 +255,17 @@ class XarrayBlocks(Blocks):
     kind = "xarray"
 
     def check_finite(self) -> None:
-        """Nothing to do: the variables were refused with NaN or inf as they were read
-        (under every code, for now)."""
+        """Refuse NaN and inf in the coded variables, naming them (the codes that mix
+        blocks only; dask-backed data is checked where each share is encoded)."""
+        if self._nonfinite:
+            # an unnamed DataArray is one variable named None
+            where = "the data" if self._nonfinite == [None] else f"variable(s) {self._nonfinite}"
+            raise ValueError(
+                f"{where} contains NaN or inf; a code that mixes blocks "
+                "needs finite data (the exact codes that copy blocks, repetition, hedged and "
+                "speculative, pass them through): fill or drop them first, e.g. "
+                "obj.fillna(0)"
+            )
 
     def __init__(
         self,
@@ -378,10 +387,17 @@ class XarrayBlocks(Blocks):
         #: chunked: one task per block builds its flat ``(rows, total)`` array (a list of
         #: Delayed); in memory: the ``(n, total)`` array
         self.flat: list[Any] | np.ndarray
+        #: the in-memory variables holding NaN or inf (:meth:`check_finite`)
+        self._nonfinite: list[Hashable] = []
         if chunked:
             self.flat = _dask_blocks(coded, dim, dim_chunks, dtype)
         else:
             self.flat = _in_memory_flat(coded, dim, dtype)
+            self._nonfinite = [
+                name
+                for name, v in coded.items()
+                if v.dtype.kind == "f" and not np.isfinite(np.asarray(v.values)).all()
+            ]
 
     # -- Blocks API -----------------------------------------------------------------------
     def stacked(self) -> np.ndarray:
@@ -752,21 +768,11 @@ def _extract(
 def _in_memory_flat(
     coded: dict[Hashable, xr.Variable], dim: Hashable, dtype: np.dtype
 ) -> np.ndarray:
-    """The in-memory variables as one ``(n, total)`` array (one copy; NaN/inf raise,
-    naming the variable)."""
-    arrays, axes = [], []
-    for name, v in coded.items():
-        values = np.asarray(v.values)
-        if values.dtype.kind == "f" and not np.isfinite(values).all():
-            raise ValueError(
-                f"variable {name!r} contains NaN or inf; coded computing needs finite data "
-                "(fill or drop them first, e.g. obj.fillna(0))"
-            )
-        arrays.append(values)
-        axes.append(v.dims.index(dim))
-    names = tuple(coded)
+    """The in-memory variables as one ``(n, total)`` array (one copy)."""
+    arrays = [np.asarray(v.values) for v in coded.values()]
+    axes = tuple(v.dims.index(dim) for v in coded.values())
     try:
-        return _flat_block(tuple(axes), dtype, *arrays, check=False, names=names)
+        return _flat_block(axes, dtype, *arrays, names=tuple(coded))
     except InvalidInput as exc:  # in memory: a plain ValueError before anything runs
         raise ValueError(str(exc)) from None
 
@@ -775,14 +781,14 @@ def _flat_block(
     axes: tuple[int, ...],
     dtype: np.dtype,
     *arrays: np.ndarray,
-    check: bool = True,
     names: tuple[Hashable, ...] = (),
 ) -> np.ndarray:
     """The pieces of one block (one array per coded variable, ``dim`` at ``axes[i]``) as one
     C-contiguous ``(rows, total)`` array of ``dtype``, written in one pass.
 
     Runs as one task per block for dask-backed data (so each chunk is converted once, with
-    no intermediate concatenations), and checks the result is finite (``check``). A 64-bit
+    no intermediate concatenations). NaN and inf are kept: the codes that copy blocks pass
+    them through, and a share that mixes blocks refuses them where it is encoded. A 64-bit
     integer variable (``names``: the variables' names) holding integers beyond 2**53 that
     a float ``dtype`` would round raises :class:`~dask_bacc.exceptions.InvalidInput`.
     """
@@ -796,7 +802,7 @@ def _flat_block(
         piece = np.moveaxis(np.asarray(a), axis, 0)  # a view; a copy below only if axis != 0
         out[:, start : start + width] = piece.reshape((rows, width))
         start += width
-    return _check_finite(out) if check else out
+    return out
 
 
 def _refuse_rounding(
@@ -831,15 +837,6 @@ def _refuse_rounding(
             )
         what = f"f's output: variable {name!r}" if output else f"variable {name!r}"
         raise InvalidInput(rounding_message(what, dtype, top, beside, fix, output))
-
-
-def _check_finite(block: np.ndarray) -> np.ndarray:
-    if block.dtype.kind == "f" and not np.isfinite(block).all():
-        raise InvalidInput(
-            "the data contains NaN or inf; coded computing needs finite data (fill or drop "
-            "them first, e.g. obj.fillna(0))"
-        )
-    return block
 
 
 def _dask_blocks(
