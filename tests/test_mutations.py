@@ -104,7 +104,7 @@ def recorded_tanh(x):
     config={"distributed.scheduler.work-stealing": False},
 )
 async def test_queued_straggler_is_cancelled_and_never_runs_func(c, s, *workers):
-    """Kills: skipping the cancel in ``runtime/job.py`` ``_stop_work`` (the
+    """Kills: skipping the cancel in ``runtime/job.py`` ``_clean_up`` (the
     ``client.cancel(cancel, ...)`` call): the straggler that is not running ``func`` must
     be cancelled on the scheduler, not merely forgotten when its future is dropped.
 

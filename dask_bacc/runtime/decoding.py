@@ -21,7 +21,6 @@ from .. import config, diagnostics
 from ..codes.base import contract, decode_residual
 from ..codes.transform import Transform
 from ..collections import Blocks
-from ..diagnostics.monitor import JobMonitor
 from ..exceptions import ApproximationWarning, InsufficientResults
 from . import _dist, keys
 from .decide import Decode, GiveUp
@@ -113,7 +112,6 @@ class DecodingJob(JudgingJob):
     _shapes: dict[int, tuple[int, ...]]
     _plain: list[int] | None
     _quantiles: asyncio.Future[Any] | None
-    _monitor: JobMonitor | None = None
 
     @property
     def decode_here(self) -> bool:

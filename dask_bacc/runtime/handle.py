@@ -1,10 +1,25 @@
-"""What a caller holds while a job runs: its result, its warnings, cancelling it.
+"""The lifecycle every kind of job shares, and what a caller holds while one runs: its
+result, its warnings, cancelling it.
 
-Shared by :class:`~.job.CodedJob` (coded and speculative jobs over K blocks) and
-:class:`~.redundant.RedundantJob` (exact copies of the tasks of any map layer). A
-subclass starts :meth:`_run` in ``self._task``; it runs the subclass's ``_loop`` and
-``_finish`` (which sets ``_finished`` and ``_done_event``), and turns how the loop ended
-into the output, :meth:`_fail` or :meth:`_set_cancelled`.
+One order for every kind: :class:`~.job.CodedJob` (coded, speculative and hedged shares
+of K blocks), :class:`~.redundant.RedundantJob` (exact copies of the tasks of any map
+layer: ``coded()``, ``coding()``, dask DataFrames) and :class:`~.waves.BlocksJob` (K
+blocks in waves). The kinds differ in what they launch (``_launch``) and how they watch
+and decide (``_loop``), and in what they hold (``_let_go``, ``_clean_up``); how a job
+starts, reports, finishes, fails, is cancelled and warns is written here once:
+
+- launch, :meth:`JobHandle._submit`: the scheduler plugin hears of the job before any of
+  its tasks (one stream), the tasks go in under the job's span, and the loop starts in
+  that span too (what it launches later, a relaunch or a backup, is the job's);
+- watch and decide: the kind's ``_loop`` (:meth:`JobHandle._next_arrivals` takes what
+  landed), run by :meth:`JobHandle._run`, which turns how it ended into the output,
+  :meth:`JobHandle._fail` or :meth:`JobHandle._set_cancelled`;
+- finish, :meth:`JobHandle._finish`: the kind drops its references (``_let_go``), the
+  result is handed over, the plugin and the progress bar are told, then the kind's
+  clean-up round trip (``_clean_up``) runs, which nobody waits on;
+- cancel (:meth:`JobHandle.cancel`, Ctrl-C in :meth:`JobHandle.result`), warn
+  (:meth:`JobHandle.warn`: once, where the result is taken) and report (``report``, one
+  :class:`~.report.JobReport` shape, and its :class:`~dask_bacc.diagnostics.JobMonitor`).
 """
 
 from __future__ import annotations
@@ -20,12 +35,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from distributed.client import FutureCancelledError
 
+from .. import diagnostics
 from ..exceptions import ClientClosedError
 from . import _dist
 from .wait import check_timeout
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, Future
 
     from .report import JobReport
 
@@ -35,6 +51,8 @@ T = TypeVar("T")
 
 #: jobs of this process, numbered in the order they were made (``JobHandle.seq``)
 _job_seq = itertools.count()
+#: strong references to the running job loops (asyncio keeps weak ones only)
+_loops: set[asyncio.Task[None]] = set()
 
 
 def describe(exc: BaseException | None) -> str:
@@ -108,7 +126,8 @@ def sync_guarded(
 
 
 class JobHandle:
-    """The user API of a running job: :meth:`result`, :meth:`cancel`, :meth:`done`."""
+    """A job's lifecycle (the module's text) and its user API: :meth:`result`,
+    :meth:`cancel`, :meth:`done`."""
 
     client: Client
     token: str
@@ -124,13 +143,57 @@ class JobHandle:
         self._done_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._warnings: list[Warning] = []  # emitted where the result is taken
+        #: its report to the scheduler plugin and the progress bar (from :meth:`_submit`)
+        self._monitor: diagnostics.JobMonitor | None = None
+
+    # -- what each kind of job writes ------------------------------------------------------
+    async def _launch(self) -> None:
+        """Submit the job's first tasks."""
+        raise NotImplementedError
 
     async def _loop(self) -> Any:
-        """The job's work; returns its output."""
+        """Watch the tasks and decide until the job has its output; return it."""
         raise NotImplementedError
 
-    async def _finish(self) -> None:
+    def _let_go(self) -> Any:
+        """Settle the report's counts and drop the job's references to its futures; return
+        what :meth:`_clean_up` must still stop (the result is handed over in between)."""
         raise NotImplementedError
+
+    async def _clean_up(self, leftover: Any) -> None:
+        """Stop or hold what is left of the job on the cluster (best effort)."""
+        raise NotImplementedError
+
+    # -- the lifecycle ---------------------------------------------------------------------
+    async def _submit(self) -> None:
+        """Launch the job and start its loop."""
+        self._monitor = await diagnostics.start_job(self)
+        with self._monitor.submitting():  # a distributed.span over all the job's tasks
+            await self._launch()
+            self._task = task = asyncio.ensure_future(self._run())
+        _loops.add(task)
+        task.add_done_callback(_loops.discard)
+
+    async def _next_arrivals(self, ac: Any, wait_for: float) -> list[Future[Any]]:
+        """What landed in ``ac`` (a ``distributed.as_completed``) within ``wait_for``
+        seconds, every result already in at once (one decision for a burst); [] when
+        nothing did. Raises ``CancelledError`` once :meth:`cancel` was asked for."""
+        if self._cancel_requested:
+            raise asyncio.CancelledError
+        try:
+            fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
+        except (asyncio.TimeoutError, StopAsyncIteration):
+            return []
+        return [fut, *ac.next_batch(block=False)]
+
+    async def _finish(self) -> None:
+        # the result is handed over before the clean-up round trip: nobody waits on it
+        leftover = self._let_go()
+        self._finished = True
+        self._done_event.set()
+        if self._monitor is not None:
+            self._monitor.finished()  # progress bar, report to the scheduler plugin
+        await self._clean_up(leftover)
 
     async def _run(self) -> None:
         try:

@@ -17,6 +17,7 @@ Both kinds of job use it: :class:`~.launch.SpeculativeLaunch` (``map_coded``) an
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import diagnostics
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from .report import JobReport
 
-__all__ = ["Prior", "learn", "new_record", "settle", "task_prior", "tell"]
+__all__ = ["Prior", "close_backups", "learn", "new_record", "settle", "task_prior", "tell"]
 
 #: a worker whose probability of a late task is above this gets no backup
 SLOW = 0.5
@@ -89,6 +90,26 @@ def settle(report: JobReport) -> None:
     failed = sum(i >= K for i in report.failed)
     launched = len(report.backups)
     hedge.update(launched=launched, won=won, cancelled=max(launched - won - failed, 0))
+
+
+def close_backups(
+    report: JobReport,
+    prior: Prior | None,
+    client: Client,
+    func: str | None,
+    seconds: Callable[[], list[float]],
+) -> None:
+    """A hedging job's end, for every kind of job: the backups' outcomes into
+    ``report.hedge`` (:func:`settle`); the run times of its tasks that gave their block
+    (``seconds()``) and those outcomes to the scheduler, the prior of the function's next
+    jobs (when it asked for one: ``prior``)."""
+    if report.hedge is None:
+        return
+    settle(report)
+    if prior is not None:
+        prior.close()
+        if func is not None:
+            tell(client, func, seconds(), report.hedge)
 
 
 #: learn() calls on their way (a strong reference until each ends)

@@ -38,7 +38,7 @@ from ..codes import Code
 from ..codes.registry import code_label
 from ..codes.transform import Transform
 from ..collections import Blocks
-from ..diagnostics.monitor import JobMonitor, prune_finished_spans
+from ..diagnostics.monitor import prune_finished_spans
 from ..exceptions import InvalidInput
 from . import _dist, auto_cache, keys
 from .decide import Decider, Decode, GiveUp
@@ -235,7 +235,6 @@ class CodedJob(DecodingJob):
 
     #: show a progress bar (None: ``bacc.progress``); ``submit_coded(progress=)`` sets it
     progress: bool | None = None
-    _monitor: JobMonitor | None = None  # from _submit on
     #: corrupted results to locate and exclude before decoding; ``submit_coded`` sets it
     adversaries: int = 0
 
@@ -402,12 +401,7 @@ class CodedJob(DecodingJob):
 
     async def _submit(self) -> None:
         await ensure_worker_plugin(self.client)
-        self._monitor = await diagnostics.start_job(self)
-        with self._monitor.submitting():  # a distributed.span over all the job's tasks
-            await self._launch()
-            self._task = asyncio.ensure_future(self._run())
-        _running.add(self._task)
-        self._task.add_done_callback(_running.discard)
+        await super()._submit()
 
     def _track(self, i: int, fut: Future[Any]) -> None:
         """Follow coded task ``i`` in the loop (used for launches after the start, too)."""
@@ -426,15 +420,6 @@ class CodedJob(DecodingJob):
     # -- the loop ------------------------------------------------------------------------
     def _elapsed(self) -> float:
         return time.perf_counter() - self._start
-
-    async def _finish(self) -> None:
-        # the result is handed over before the clean-up round trip: nobody waits on it
-        stragglers, cancel = self._release()
-        self._finished = True
-        self._done_event.set()
-        if self._monitor is not None:
-            self._monitor.finished()  # progress bar, report to the scheduler plugin
-        await self._stop_work(stragglers, cancel)
 
     def _tick_interval(self, poll: float) -> float:
         interval = self.launch.interval
@@ -458,8 +443,6 @@ class CodedJob(DecodingJob):
         self._sync_report()
         idle_since = time.perf_counter()
         while True:
-            if self._cancel_requested:
-                raise asyncio.CancelledError
             await self.launch.tick(self)
             await self.quality.refresh(d.usable)  # adaptive waiting: re-estimate the error
             action = d.step(self._elapsed(), error_met=self.quality.target_met(d.usable))
@@ -475,14 +458,10 @@ class CodedJob(DecodingJob):
             wake = d.wake_in(self._elapsed())
             if wake is not None:
                 wait_for = min(wait_for, wake)
-            try:
-                fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
-            except (asyncio.TimeoutError, StopAsyncIteration):
-                fut = None
-            if fut is not None:
+            arrivals = await self._next_arrivals(ac, wait_for)
+            if arrivals:
                 idle_since = time.perf_counter()
-                # every result already in, at once: one decision for a burst of arrivals
-                for f in [fut, *ac.next_batch(block=False)]:
+                for f in arrivals:
                     await self._arrived(f)
             elif time.perf_counter() - idle_since >= poll and d.pending:
                 # nothing for a while: check that the pending tasks' workers are still there
@@ -600,7 +579,7 @@ class CodedJob(DecodingJob):
     # -- decoding ------------------------------------------------------------------------
 
     # -- the end ---------------------------------------------------------------------------
-    def _release(self) -> tuple[dict[int, Future[Any]], list[Future[Any]]]:
+    def _let_go(self) -> tuple[dict[int, Future[Any]], list[Future[Any]]]:
         """Count the stragglers, drop every reference; return the futures left to stop:
         the straggling evals by index, and the job's other unfinished tasks."""
         self._sync_report()
@@ -624,9 +603,7 @@ class CodedJob(DecodingJob):
             self.blocks.forget()
         return stragglers, cancel
 
-    async def _stop_work(
-        self, stragglers: dict[int, Future[Any]], cancel: list[Future[Any]]
-    ) -> None:
+    async def _clean_up(self, leftover: tuple[dict[int, Future[Any]], list[Future[Any]]]) -> None:
         """Tell the job's workers it is over and stop the straggling tasks, in one
         scheduler round trip. Best effort: errors are ignored.
 
@@ -635,6 +612,7 @@ class CodedJob(DecodingJob):
         longer counts on the scheduler, which would then send new work to a worker whose
         only thread is still busy (where it would queue behind the straggler).
         """
+        stragglers, cancel = leftover
         client = self.client
         running: set[Key] = set()
         try:

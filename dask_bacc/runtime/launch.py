@@ -26,7 +26,7 @@ from .. import config
 from ..codes.base import refuse_rounded_integers
 from . import _dist, keys
 from .graph import TaskSpec
-from .hedge import Prior, new_record, settle, tell
+from .hedge import Prior, close_backups, new_record
 from .placement import choose_workers
 from .sending import ClientBlocks, local_arrays
 from .worker import encode_eval_task
@@ -429,15 +429,9 @@ class SpeculativeLaunch(Launch):
     def finished(self, job: JobView) -> None:
         """Settle the backups' outcomes in the report and tell the scheduler the run times
         of the finished tasks (the prior of the function's next jobs)."""
-        hedge = job.report.hedge
-        if hedge is None:
-            return
-        settle(job.report)
-        if self.prior is not None:
-            self.prior.close()
-            d = job.decider
-            seconds = [
-                d.arrival[i] - self.launched_at[i] for i in d.usable if i in self.launched_at
-            ]
-            if self.func_key is not None:
-                tell(job.client, self.func_key, seconds, hedge)
+        d = job.decider
+
+        def seconds() -> list[float]:
+            return [d.arrival[i] - self.launched_at[i] for i in d.usable if i in self.launched_at]
+
+        close_backups(job.report, self.prior, job.client, self.func_key, seconds)

@@ -29,6 +29,7 @@ exception is raised as plain Dask would raise it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import time
 import uuid
@@ -39,17 +40,17 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.client import FutureCancelledError
 
-from .. import config, diagnostics
+from .. import config
 from ..collections.layer import Layer
 from ..diagnostics.monitor import prune_finished_spans
 from ..exceptions import InsufficientResults
 from . import _dist, keys
 from .handle import JobHandle, describe
-from .hedge import Prior, new_record, settle, tell
+from .hedge import Prior, close_backups, new_record
 from .placement import choose_workers, place_copies, release_restrictions
 from .report import JobReport
-from .rules import Speculation
-from .savings import cpu_split, plain_ready
+from .rules import Speculation, late_blocks
+from .savings import copy_savings
 from .sending import detach
 from .worker import run_started
 
@@ -135,7 +136,7 @@ class RedundantJob(JobHandle):
         #: Dask puts them, and a copy is loose): a loose copy may be stolen onto the avoided
         #: worker, whose seceded driver leaves it idle to the scheduler, and a straggling
         #: copy there holds the output chunks. Once a copy starts its restriction is lifted
-        #: (:meth:`_release`: no longer stealable; its result recomputable anywhere); a copy
+        #: (:meth:`_unpin_started`: no longer stealable; its result recomputable anywhere); a copy
         #: queued on a worker that left is re-run elsewhere (:meth:`_stranded`)
         self._fenced = len(pool) < len(workers)
         self._unpin: list[Key] = []  # started copies whose restriction is still to lift
@@ -185,8 +186,6 @@ class RedundantJob(JobHandle):
         self._checked = -math.inf  # when the late-copy rule last looked
         self._ac: _dist.FutureQueue | None = None
         self._data: dict[Key, Future[Any]] = {}  # outputs that are data already
-        #: the job's link to the scheduler plugin (``/bacc``, metrics), as a CodedJob's
-        self._monitor: diagnostics.JobMonitor | None = None
 
     def __repr__(self) -> str:
         return (
@@ -203,7 +202,7 @@ class RedundantJob(JobHandle):
         return time.perf_counter() - self._start
 
     # -- submission ---------------------------------------------------------------------
-    async def _submit(self) -> None:
+    async def _launch(self) -> None:
         layer, K = self.layer, self.K
         if self.rule.hedges:
             self.prior = Prior(self.client, self.func_key)
@@ -273,23 +272,16 @@ class RedundantJob(JobHandle):
         graph = _graph(
             nodes, free, pinned, copies, where_to, Repetition.priority, loose=not self._fenced
         )
-        # the plugin hears of the job before its tasks (one stream), as for a CodedJob
-        self._monitor = await diagnostics.start_job(self)
-        with self._monitor.submitting():
-            # before the graph, on the same stream: no start event is missed
-            _dist.subscribe_topic(self.client, keys.start_topic(self.token), self._on_start)
-            wanted = [*primary_key, *copies, *data_outputs, *keep_inputs]
-            futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
-            for b, key in enumerate(primary_key):
-                self._track(b, 0, futures[key])
-            for ck, (b, c, q) in planned.items():
-                self._launched(b, c, q, futures[ck])
-            self._data = {k: futures[k] for k in data_outputs}
-            self._deps = {d: futures[d] for d in keep_inputs}
-        # the loop outside the span: an asyncio task keeps the context it was made in, and
-        # the dask-expr collection it rebuilds would warn of the span's annotations (the
-        # late copies it launches are outside the span)
-        self._task = asyncio.ensure_future(self._run())
+        # before the graph, on the same stream: no start event is missed
+        _dist.subscribe_topic(self.client, keys.start_topic(self.token), self._on_start)
+        wanted = [*primary_key, *copies, *data_outputs, *keep_inputs]
+        futures = dict(zip(wanted, _dist.get(self.client, graph, wanted), strict=True))
+        for b, key in enumerate(primary_key):
+            self._track(b, 0, futures[key])
+        for ck, (b, c, q) in planned.items():
+            self._launched(b, c, q, futures[ck])
+        self._data = {k: futures[k] for k in data_outputs}
+        self._deps = {d: futures[d] for d in keep_inputs}
 
     def _copy_nodes(
         self, plan: list[tuple[int, int, str]], where_to: dict[Key, list[str]]
@@ -346,9 +338,9 @@ class RedundantJob(JobHandle):
         if self._fenced and fut is not None:
             self._unpin.append(fut.key)
             if self._unpinning is None:
-                self._unpinning = asyncio.ensure_future(self._release())
+                self._unpinning = asyncio.ensure_future(self._unpin_started())
 
-    async def _release(self) -> None:
+    async def _unpin_started(self) -> None:
         """Lift the restrictions of the copies that started, a batch per scheduler call."""
         try:
             while self._unpin and not self._finished:
@@ -367,21 +359,15 @@ class RedundantJob(JobHandle):
             for fut in copies.values():
                 ac.add(fut)
         while len(self._winner) < self.K:
-            if self._cancel_requested:
-                raise asyncio.CancelledError
-            await self._rerun_late()
+            await self._rerun_late()  # a late copy may be launched on each turn
             wait_for = self.rule.interval
             if self.timeout is not None:
                 left = self.timeout - self._elapsed()
                 if left <= 0:
                     raise self._timed_out()
                 wait_for = min(wait_for, left)
-            try:
-                fut = await asyncio.wait_for(ac.__anext__(), timeout=wait_for)
-            except (asyncio.TimeoutError, StopAsyncIteration):
-                continue  # a late copy may be launched on the next turn
             losers: list[Future[Any]] = []
-            for f in [fut, *ac.next_batch(block=False)]:
+            for f in await self._next_arrivals(ac, wait_for):
                 losers += await self._arrived(f)
             if losers:
                 self.report.cancelled += len(losers)
@@ -407,32 +393,13 @@ class RedundantJob(JobHandle):
             got = await _dist.gather(self.client, list(values.values()))
             return dict(zip(values, got, strict=True))
         tag = f"bacc{self.token[:12]}"
-        return self.layer.rebuild({self.layer.renamed(k, tag): v for k, v in values.items()}, tag)
+        renamed = {self.layer.renamed(k, tag): v for k, v in values.items()}
+        # outside the job's span: a dask-expr collection built under its annotations
+        # would warn that it ignores them
+        return contextvars.Context().run(self.layer.rebuild, renamed, tag)
 
     def _fill_savings(self) -> None:
-        """Against plain Dask, which runs the primaries alone (docs/diagnostics.md, "What a
-        job saved"): a primary that won gives its block's time, measured; one that lost had
-        not finished when the other copy won (a lower bound). Thread time on the client's
-        clock: each copy from its start event until it won, or until the winner of its
-        block arrived (a cancelled copy that was running runs on: at least that)."""
-        rep, K = self.report, self.K
-        won_at: dict[int, float] = {}  # block -> when its winner arrived
-        winners: dict[int, int] = {}  # block -> copy that won
-        for i in rep.returned:
-            won_at[i % K], winners[i % K] = rep.arrival[i], i // K
-        since = {b: won_at[b] for b in range(K) if b in won_at}
-        cf = plain_ready(rep.plain_shares, rep.arrival, rep.failed, since)
-        rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
-        rep.plain_estimated, rep.plain_ready_estimated = cf.estimated, bool(cf.estimated)
-        if cf.plain_ready is not None and rep.time_to_decode is not None:
-            rep.time_saved = cf.plain_ready - rep.time_to_decode
-        cpu: dict[int, float] = {}
-        for (b, c), start in self._started_at.items():
-            end = won_at.get(b)
-            if end is not None and end > start:
-                cpu[b + c * K] = end - start
-        rep.uncoded_tasks = [b + winners.get(b, 0) * K for b in range(K)]
-        rep.total_cpu, rep.redundant_cpu = cpu_split(cpu, K, rep.N, rep.uncoded_tasks)
+        copy_savings(self.report, self._started_at)
 
     @property
     def func_key(self) -> str:
@@ -442,18 +409,12 @@ class RedundantJob(JobHandle):
     def _settle_backups(self) -> None:
         """The backups' outcomes into ``report.hedge``; the winners' run times and those
         outcomes to the scheduler (the prior of the function's next jobs)."""
-        rep, K = self.report, self.K
-        hedge = rep.hedge
-        if hedge is None:
-            return
-        settle(rep)
-        if not rep.backups:  # the rule as it stood at the end
+        hedge = self.report.hedge
+        if hedge is not None and not self.report.backups:  # the rule as it stood at the end
             prior = self.prior.seconds if self.prior is not None else None
-            assessed = self.rule.assess(K, self._durations, prior)
+            assessed = self.rule.assess(self.K, self._durations, prior)
             hedge.update(zip(("threshold", "expected", "source"), assessed, strict=True))
-        if self.prior is not None:
-            self.prior.close()
-            tell(self.client, self.func_key, list(self._durations), hedge)
+        close_backups(self.report, self.prior, self.client, self.func_key, self._durations.copy)
 
     async def _arrived(self, fut: Future[Any]) -> list[Future[Any]]:
         """Take one finished copy; return the other copies to cancel."""
@@ -565,29 +526,25 @@ class RedundantJob(JobHandle):
         rule_used = self.rule.assess(self.K, self._durations, prior)
         threshold = rule_used[0]
         now = self._elapsed()
-        overdue: list[tuple[float, int]] = []  # (how late, block)
-        # the tail: no more blocks left than workers, so each should be running. A primary
-        # that has not started a threshold later is queued behind a late task on its
-        # worker (work stealing did not move it): late too
-        tail = self.K - len(self._winner) <= len(self.workers)
-        if tail and self._tail_since is None:
+        # the tail: no more blocks left than workers, so each should be running
+        if self._tail_since is None and self.K - len(self._winner) <= len(self.workers):
             self._tail_since = now
-        for b in self._open:
-            if threshold is None:
-                break
-            if b in late or len(self._on[b]) >= len(self.workers):
-                continue
+
+        def may_copy(b: int) -> bool:
             # copies that started count against the rule's limit; one queued on a worker
             # that never starts it (frozen, or held by a task that never ends) does not
-            if sum((b, c) in self._started_at for c in self._copies[b]) >= self.rule.copies:
-                continue
-            since = self._since.get(b)
-            if since is None:  # no copy started: queued
-                if self._tail_since is not None and now - self._tail_since > threshold:
-                    overdue.append((now - self._tail_since, b))
-            elif now - since > threshold:
-                overdue.append((now - since, b))
-        overdue.sort(reverse=True)  # the latest first, as far as the budget goes
+            started = sum((b, c) in self._started_at for c in self._copies[b])
+            return (
+                b not in late
+                and len(self._on[b]) < len(self.workers)
+                and started < self.rule.copies
+            )
+
+        overdue = (
+            []
+            if threshold is None
+            else late_blocks(self._open, self._since, self._tail_since, now, threshold, may_copy)
+        )
         budget = None if isinstance(self.policy, Repetition) else self.rule.budget_tasks(self.K)
         if budget is not None:
             overdue = overdue[: max(budget - self.hedged, 0)]
@@ -598,7 +555,7 @@ class RedundantJob(JobHandle):
             # a hedge never displaces a primary: only as many as there are idle workers
             # (none of the job's copies running or placed there); in waves, the tail
             overdue = overdue[: sum(self._busy[w] <= 0 for w in workers)]
-        late += [b for _, b in overdue]
+        late += overdue
         slow = self.prior.slow if self.prior is not None else set()
         if len(workers) > len(slow & set(workers)) + 1:  # none the model holds slow
             workers = [w for w in workers if w not in slow]
@@ -624,7 +581,7 @@ class RedundantJob(JobHandle):
         graph = _graph({}, {}, {}, nodes, where_to, 1, loose=not self._fenced)
         futures = _dist.get(self.client, graph, list(nodes))
         assert self._ac is not None
-        charged = {b for _, b in overdue}
+        charged = set(overdue)
         hedge = self.report.hedge
         if hedge is not None:  # the rule the last backup went by
             hedge.update(zip(("threshold", "expected", "source"), rule_used, strict=True))
@@ -642,32 +599,33 @@ class RedundantJob(JobHandle):
             f"within timeout={self.timeout:g}s (an exact code has no answer without them)"
         )
 
-    async def _finish(self) -> None:
+    def _let_go(self) -> tuple[list[Future[Any]], list[Future[Any]]]:
+        """Drop every reference (the result holds the winners); return the copies still
+        running and the inputs held for copies never launched."""
         pending = [
             f
             for copies in self._copies.values()
             for f in copies.values()
             if f.status == "pending" and f is not self._winner.get(self._index_of[f.key][0])
         ]
-        self._finished = True
-        self._done_event.set()
-        if self._monitor is not None:
-            self._monitor.finished()  # progress bar, report to the scheduler plugin
-            if self._monitor.send:  # its span, like every job's, is pruned in time
-                detach(
-                    asyncio.ensure_future(_dist.run_on_scheduler(self.client, prune_finished_spans))
-                )
+        held = list(self._deps.values())
+        self._deps, self._copies, self._winner, self._data = {}, {}, {}, {}
+        self._index_of = {}
+        self._ac = None
+        return pending, held
+
+    async def _clean_up(self, leftover: tuple[list[Future[Any]], list[Future[Any]]]) -> None:
+        pending, held = leftover
+        if self._monitor is not None and self._monitor.send:
+            # its span, like every job's, is pruned in time (a CodedJob's in _job_done)
+            detach(asyncio.ensure_future(_dist.run_on_scheduler(self.client, prune_finished_spans)))
         if self._unpinning is not None:
             self._unpinning.cancel()
         _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
         if pending and self.report.status != "finished":
             await _dist.cancel(self.client, pending, reason="bacc: the job ended")
-        for held in self._deps.values():
-            _dist.release(held)
-        # the result holds the winners; the job lets go of every future
-        self._deps, self._copies, self._winner, self._data = {}, {}, {}, {}
-        self._index_of = {}
-        self._ac = None
+        for fut in held:
+            _dist.release(fut)
 
 
 def _holders(keys: list[Key], dask_scheduler: Any = None) -> dict[Key, dict[str, int]]:

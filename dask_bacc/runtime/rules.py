@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import config
 
-__all__ = ["BACKUP_CODES", "Speculation", "backup_code"]
+__all__ = ["BACKUP_CODES", "Speculation", "backup_code", "late_blocks"]
 
 
 #: the codes that run K tasks plus backup copies of late ones, and their default rule
@@ -232,3 +233,30 @@ def backup_code(code: object) -> str | None:
         if name in BACKUP_CODES:
             return name
     return None
+
+
+def late_blocks(
+    blocks: Iterable[int],
+    since: Mapping[int, float],
+    tail_since: float | None,
+    now: float,
+    threshold: float,
+    may_copy: Callable[[int], bool],
+) -> list[int]:
+    """The ``blocks`` whose copies all run late by ``threshold`` seconds, latest first:
+    their newest copy started (``since``) longer ago, or, once the job is in its tail
+    (``tail_since``: no more blocks left than workers, so each should be running), none
+    started that long after the tail began (queued behind a late task on its worker).
+    ``may_copy(b)``: whether block b may have another copy at all."""
+    overdue: list[tuple[float, int]] = []
+    for b in blocks:
+        if not may_copy(b):
+            continue
+        started = since.get(b)
+        if started is None:
+            if tail_since is not None and now - tail_since > threshold:
+                overdue.append((now - tail_since, b))
+        elif now - started > threshold:
+            overdue.append((now - started, b))
+    overdue.sort(reverse=True)
+    return [b for _, b in overdue]

@@ -39,9 +39,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .report import JobReport
 
 __all__ = [
     "Counterfactual",
+    "copy_savings",
     "cpu_split",
     "estimate_finish",
     "plain_ready",
@@ -175,3 +180,30 @@ def cpu_split(
         return total, total * max(N - K, 0) / N if N else 0.0
     needed = set(uncoded)
     return total, float(sum(s for i, s in cpu.items() if i not in needed))
+
+
+def copy_savings(rep: JobReport, started_at: Mapping[tuple[int, int], float]) -> None:
+    """Fill ``rep``'s savings for a job of copies (copy c of block b is task ``b + c*K``),
+    against plain Dask, which runs the primaries alone (docs/diagnostics.md, "What a job
+    saved"): a primary that won gives its block's time, measured; one that lost had not
+    finished when the other copy won (a lower bound). Thread time on the client's clock
+    (``started_at``: (block, copy) -> its start event): each copy from its start until it
+    won, or until the winner of its block arrived (a cancelled copy that was running runs
+    on: at least that)."""
+    K = rep.K
+    won_at: dict[int, float] = {}  # block -> when its winner arrived
+    winners: dict[int, int] = {}  # block -> copy that won
+    for i in rep.returned:
+        won_at[i % K], winners[i % K] = rep.arrival[i], i // K
+    cf = plain_ready(rep.plain_shares, rep.arrival, rep.failed, dict(won_at))
+    rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
+    rep.plain_estimated, rep.plain_ready_estimated = cf.estimated, bool(cf.estimated)
+    if cf.plain_ready is not None and rep.time_to_decode is not None:
+        rep.time_saved = cf.plain_ready - rep.time_to_decode
+    cpu: dict[int, float] = {}
+    for (b, c), start in started_at.items():
+        end = won_at.get(b)
+        if end is not None and end > start:
+            cpu[b + c * K] = end - start
+    rep.uncoded_tasks = [b + winners.get(b, 0) * K for b in range(K)]
+    rep.total_cpu, rep.redundant_cpu = cpu_split(cpu, K, rep.N, rep.uncoded_tasks)

@@ -144,8 +144,8 @@ class BlocksJob(RedundantJob):
             f"status={self.report.status} token={self.token}>"
         )
 
-    async def _submit(self) -> None:
-        await super()._submit()
+    async def _launch(self) -> None:
+        await super()._launch()
         # the blocks are inputs of the layer's tasks, held until their block is given
         self._deps.update((c.key, c) for c in self._chunks)
         self._chunks = []
