@@ -27,6 +27,7 @@ import dask_bacc
 import dask_bacc.diagnostics
 from dask_bacc.diagnostics.latency import TaskTimes
 from dask_bacc.runtime.launch import backup_workers, plan_backups
+from dask_bacc.runtime.rules import late_blocks
 from dask_bacc.runtime.speculative import Speculation
 from dask_bacc.testing import assert_exact, gate_stragglers
 
@@ -34,6 +35,31 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SIX = [("127.0.0.1", 1)] * 6
 HEDGE = Speculation.hedge()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    since=st.dictionaries(st.integers(0, 15), st.floats(0.0, 10.0), max_size=16),
+    tail_since=st.one_of(st.none(), st.floats(0.0, 10.0)),
+    threshold=st.floats(0.01, 5.0),
+    barred=st.sets(st.integers(0, 15)),
+)
+def test_late_blocks_are_those_past_the_threshold_latest_first(
+    since, tail_since, threshold, barred
+):
+    """The layer jobs' rule of late copies as a pure function: a block is late when its
+    newest copy started more than the threshold ago, or, none started, the tail began
+    more than the threshold ago; never a block that may not have another copy; the
+    latest first."""
+    now = 10.0
+    late = late_blocks(range(16), since, tail_since, now, threshold, lambda b: b not in barred)
+    assert len(set(late)) == len(late) and not set(late) & barred
+    for b in range(16):
+        started = since.get(b, tail_since)
+        expected = b not in barred and started is not None and now - started > threshold
+        assert (b in late) == expected, (b, started)
+    waited = [now - since.get(b, tail_since) for b in late]  # type: ignore[operator]
+    assert waited == sorted(waited, reverse=True)
 
 
 # -- the rule, pure ---------------------------------------------------------------------

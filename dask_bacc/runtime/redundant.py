@@ -137,7 +137,7 @@ class RedundantJob(JobHandle):
         #: worker, whose seceded driver leaves it idle to the scheduler, and a straggling
         #: copy there holds the output chunks. Once a copy starts its restriction is lifted
         #: (:meth:`_unpin_started`: no longer stealable; its result recomputable anywhere); a copy
-        #: queued on a worker that left is re-run elsewhere (:meth:`_stranded`)
+        #: queued on a worker that left is re-run elsewhere (:func:`_stranded`)
         self._fenced = len(pool) < len(workers)
         self._unpin: list[Key] = []  # started copies whose restriction is still to lift
         self._unpinning: asyncio.Task[None] | None = None
@@ -225,9 +225,6 @@ class RedundantJob(JobHandle):
         nodes: dict[Key, GraphNode] = {
             k: v for k, v in layer.graph.items() if k not in block_set and k not in given
         }
-        free: dict[Key, GraphNode] = {}  # primaries Dask places next to their data
-        pinned: dict[Key, GraphNode] = {}  # primaries with no input yet: spread by us
-        where_to: dict[Key, list[str]] = {}
         # the primaries run under keys of their own: the plain collection's keys may be
         # computed by another graph with another spec (a primary is wrapped to say when
         # it starts), and the scheduler must never see one key with two specs. A block
@@ -238,23 +235,18 @@ class RedundantJob(JobHandle):
             for b, key in enumerate(layer.blocks)
         ]
         at_once = isinstance(self.policy, Repetition)
-        for b, key in enumerate(layer.blocks):
-            task: Task = layer.graph[key]  # type: ignore[assignment]
-            pk = primary_key[b]
-            primary = _timed(task, pk, self.token, b, 0)
-            if not at_once and self._fenced:
-                # backups come later, onto idle workers: the scheduler balances the
-                # primaries over the pool as it would plain tasks (stealing among them);
-                # pinned one by one they would wait in one worker's queue each, in waves
-                pinned[pk] = primary
-                where_to[pk] = list(self.workers)
-            elif (self._held[b] or not at_once) and not self._fenced:
-                free[pk] = primary  # Dask puts it next to its input, or spreads it
-            else:
-                # next to its input within the pool, or spread when it has none there
-                pinned[pk] = primary
-                where_to[pk] = [primaries[b]]
-            self.report.workers[b] = primaries[b]
+        free, pinned, where_to = _primaries(
+            [
+                _timed(layer.graph[k], pk, self.token, b, 0)  # type: ignore[arg-type]
+                for b, (k, pk) in enumerate(zip(layer.blocks, primary_key, strict=True))
+            ],
+            primaries,
+            self._held,
+            list(self.workers),
+            fenced=self._fenced,
+            at_once=at_once,
+        )
+        self.report.workers[:K] = primaries
         copies, planned = self._copy_nodes(
             [(b, 1, str(q)) for b, q in enumerate(backups) if at_once and q is not None],
             where_to,
@@ -485,17 +477,12 @@ class RedundantJob(JobHandle):
             self._live_at = (now, set(await _dist.running_workers(self.client)))
         return self._live_at[1] or None
 
-    def _stranded(self, live: set[str] | None) -> list[int]:
-        """The blocks with no winner whose every pending copy is held to a worker that left
-        the cluster: none of them can run (a strict restriction waits for its worker)."""
-        if live is None:
-            return []
-        pooled = not isinstance(self.policy, Repetition)  # primaries may run on any of the pool
-        out = []
-        for b, copies in self._copies.items():
-            if b in self._winner:
-                continue
-            where = {
+    def _where_pending(self) -> dict[int, set[str]]:
+        """Per block with no winner: the workers its pending copies may run on (a primary
+        that has not started, of a job whose primaries may run on any of the pool: all)."""
+        pooled = not isinstance(self.policy, Repetition)
+        return {
+            b: {
                 w
                 for c, f in copies.items()
                 if f.status == "pending"
@@ -505,20 +492,20 @@ class RedundantJob(JobHandle):
                     else [self.report.workers[b + c * self.K]]
                 )
             }
-            if not where & live:
-                out.append(b)
-        return out
+            for b, copies in self._copies.items()
+            if b not in self._winner
+        }
 
     async def _rerun_late(self) -> None:
         """Launch a copy of each block whose copies all run late by the rule: its newest
         copy started longer than the threshold ago (every copy says when it starts), or,
         in the tail, none of its copies started; and at once, of a block whose copies are
-        all held to workers that left (:meth:`_stranded`)."""
+        all held to workers that left (:func:`_stranded`)."""
         if self._elapsed() - self._checked < self.rule.interval:
             return  # at most once an interval, not on every arrival: K may be thousands
         self._checked = self._elapsed()
         live = await self._live()
-        late = self._stranded(live)
+        late = [] if live is None else _stranded(self._where_pending(), live)
         prior = None
         if self.prior is not None:
             self.prior.poll()
@@ -644,6 +631,44 @@ def _lost_worker(exc: BaseException | None) -> bool:
     from distributed.scheduler import KilledWorker
 
     return isinstance(exc, KilledWorker)
+
+
+def _stranded(where: dict[int, set[str]], live: set[str]) -> list[int]:
+    """The blocks whose every pending copy is held to a worker that left the cluster
+    (``where``: block -> the workers its pending copies may run on): none of them can run,
+    as a strict restriction waits for its worker."""
+    return [b for b, workers in where.items() if not workers & live]
+
+
+def _primaries(
+    tasks: list[Task],
+    placed: list[str],
+    held: list[dict[str, int]],
+    pool: list[str],
+    *,
+    fenced: bool,
+    at_once: bool,
+) -> tuple[dict[Key, GraphNode], dict[Key, GraphNode], dict[Key, list[str]]]:
+    """Where each primary (``tasks``, block order) may run: ``(free, pinned, where_to)``,
+    the primaries Dask places next to their data, those held to workers, and those
+    workers. ``placed``: the planned worker of each, by its input bytes ``held``."""
+    free: dict[Key, GraphNode] = {}
+    pinned: dict[Key, GraphNode] = {}
+    where_to: dict[Key, list[str]] = {}
+    for b, task in enumerate(tasks):
+        if not at_once and fenced:
+            # backups come later, onto idle workers: the scheduler balances the primaries
+            # over the pool as it would plain tasks (stealing among them); pinned one by
+            # one they would wait in one worker's queue each, in waves
+            pinned[task.key] = task
+            where_to[task.key] = pool
+        elif (held[b] or not at_once) and not fenced:
+            free[task.key] = task  # Dask puts it next to its input, or spreads it
+        else:
+            # next to its input within the pool, or spread when it has none there
+            pinned[task.key] = task
+            where_to[task.key] = [placed[b]]
+    return free, pinned, where_to
 
 
 def _timed(task: Task, key: Key, token: str, b: int, c: int) -> Task:
