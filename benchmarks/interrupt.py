@@ -8,6 +8,13 @@ at once and ``--wait`` seconds later (plain Dask's own, for the baseline, and th
 job's copies). Prints one line per entry point::
 
     python benchmarks/interrupt.py --workers 4
+
+The entry points: plain Dask, ``coded()`` and ``coding()`` (the layer job driven by a
+task on a worker) and ``map_coded`` (the same kind of job driven from the client, in
+waves). ``--signal KILL`` kills the client process instead (a caller that dies without
+closing its client: the scheduler sees its connection drop)::
+
+    python benchmarks/interrupt.py --workers 4 --signal KILL
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ if how == "plain":
     y.compute()
 elif how == "coded":
     dask_bacc.coded(y, code=sys.argv[4]).compute()
+elif how == "map_coded":
+    x = da.ones((n, 4), chunks=(1, 4))
+    dask_bacc.map_coded(work, x, code=sys.argv[4]).compute()
 else:
     with dask_bacc.coding(code=sys.argv[4], only=work):
         y.compute()
@@ -62,6 +72,7 @@ def main() -> None:
     ap.add_argument("--wait", type=float, default=2.0)
     ap.add_argument("--code", default="hedged")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--signal", choices=("INT", "KILL"), default="INT")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bacc-interrupt-"))
@@ -93,7 +104,7 @@ def main() -> None:
         with Client(scheduler_file=sched_file, timeout=30) as c:
             c.wait_for_workers(args.workers, timeout=60)
         results = {}
-        for how in ("plain", "coded", "coding"):
+        for how in ("plain", "coded", "coding", "map_coded"):
             client = subprocess.Popen(
                 [sys.executable, str(script), sched_file, how, str(args.n_parts), args.code],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -101,7 +112,7 @@ def main() -> None:
             assert client.stdout is not None
             client.stdout.readline()  # "started": the graph is next
             time.sleep(args.after)
-            client.send_signal(signal.SIGINT)
+            client.send_signal(getattr(signal, f"SIG{args.signal}"))
             client.wait(timeout=60)
             at_exit = tasks(sched_file)
             time.sleep(args.wait)

@@ -452,9 +452,11 @@ def test_the_coding_waves_benchmark_runs(tmp_path):
     out = tmp_path / "waves.json"
     subprocess.run(
         [sys.executable, str(root / "benchmarks/coding_waves.py"), "--workers", "4",
-         "--n-parts", "40", "--task", "0.002", "--rounds", "1", "--json", str(out)],
+         "--n-parts", "40", "--task", "0.002", "--rounds", "1", "--json", str(out),
+         "--entry", "coding", "map_coded"],
         check=True, cwd=root, timeout=170, capture_output=True,
     )  # fmt: skip
     cells = json.loads(out.read_text())["cells"]
     assert set(cells) == {"0.0", "0.05"}
+    assert all(set(cell) == {"plain", "coding", "map_coded"} for cell in cells.values())
     assert all(len(t) == 1 for cell in cells.values() for t in cell.values())

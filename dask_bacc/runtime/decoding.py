@@ -30,7 +30,7 @@ from .judge import JudgingJob
 from .placement import silent_workers
 from .quality import JobQuality
 from .report import split_redundant
-from .savings import cpu_split, plain_ready, uncoded_tasks
+from .savings import cpu_split, plain_ready, uncoded_tasks, write_counterfactual
 from .wait import WaitPolicy
 from .worker import (
     DecodedInfo,
@@ -212,11 +212,7 @@ class DecodingJob(JudgingJob):
             for i in self._plain or ()
         }
         cf = plain_ready(self._plain, rep.arrival, rep.failed, since, rep.workers, predictions)
-        rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
-        rep.plain_estimated = cf.estimated
-        rep.plain_ready_estimated = bool(cf.estimated)
-        if cf.plain_ready is not None:
-            rep.time_saved = cf.plain_ready - rep.time_to_decode
+        write_counterfactual(rep, cf)
         rep.uncoded_tasks = uncoded_tasks(self._data_rows, self._plain, rep.returned) or []
 
     def _fill_cpu(self, cpu: dict[Any, float] | None) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "plain_ready",
     "plain_shares",
     "uncoded_tasks",
+    "write_counterfactual",
 ]
 
 #: sources of a block's uncoded finish time, least certain last
@@ -182,6 +183,15 @@ def cpu_split(
     return total, float(sum(s for i, s in cpu.items() if i not in needed))
 
 
+def write_counterfactual(rep: JobReport, cf: Counterfactual) -> None:
+    """``cf`` into ``rep`` (every kind of job): ``plain_ready`` and its source, the blocks
+    estimated, and ``time_saved`` against the job's ``time_to_decode``."""
+    rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
+    rep.plain_estimated, rep.plain_ready_estimated = cf.estimated, bool(cf.estimated)
+    if cf.plain_ready is not None and rep.time_to_decode is not None:
+        rep.time_saved = cf.plain_ready - rep.time_to_decode
+
+
 def copy_savings(rep: JobReport, started_at: Mapping[tuple[int, int], float]) -> None:
     """Fill ``rep``'s savings for a job of copies (copy c of block b is task ``b + c*K``),
     against plain Dask, which runs the primaries alone (docs/diagnostics.md, "What a job
@@ -195,11 +205,7 @@ def copy_savings(rep: JobReport, started_at: Mapping[tuple[int, int], float]) ->
     winners: dict[int, int] = {}  # block -> copy that won
     for i in rep.returned:
         won_at[i % K], winners[i % K] = rep.arrival[i], i // K
-    cf = plain_ready(rep.plain_shares, rep.arrival, rep.failed, dict(won_at))
-    rep.plain_ready, rep.plain_ready_source = cf.plain_ready, cf.source
-    rep.plain_estimated, rep.plain_ready_estimated = cf.estimated, bool(cf.estimated)
-    if cf.plain_ready is not None and rep.time_to_decode is not None:
-        rep.time_saved = cf.plain_ready - rep.time_to_decode
+    write_counterfactual(rep, plain_ready(rep.plain_shares, rep.arrival, rep.failed, won_at))
     cpu: dict[int, float] = {}
     for (b, c), start in started_at.items():
         end = won_at.get(b)
