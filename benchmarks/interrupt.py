@@ -64,6 +64,29 @@ def tasks(scheduler_file: str) -> int:
         return int(client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)))
 
 
+def _driver_threads() -> int:
+    """On a worker: its threads inside dask-bacc's driver (a seceded driver task cannot be
+    stopped, only told to end: one still alive holds a thread of the worker)."""
+    import sys
+
+    count = 0
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_filename.endswith("dask_bacc/runtime/driver.py"):
+                count += 1
+                break
+            frame = frame.f_back
+    return count
+
+
+def drivers(scheduler_file: str) -> int:
+    """Driver threads still alive on the workers."""
+    from distributed import Client
+
+    with Client(scheduler_file=scheduler_file, timeout=30) as client:
+        return int(sum(client.run(_driver_threads).values()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=4)
@@ -117,10 +140,11 @@ def main() -> None:
             at_exit = tasks(sched_file)
             time.sleep(args.wait)
             later = tasks(sched_file)
-            results[how] = {"at_exit": at_exit, "later": later}
+            alive = drivers(sched_file)
+            results[how] = {"at_exit": at_exit, "later": later, "driver_threads": alive}
             print(
                 f"{how}: {at_exit} tasks on the scheduler as the client exited, {later} "
-                f"{args.wait:g} s later",
+                f"{args.wait:g} s later; {alive} driver thread(s) alive on the workers",
                 flush=True,
             )
             deadline = time.time() + 60  # the next case starts on an empty scheduler

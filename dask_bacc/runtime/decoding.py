@@ -27,10 +27,10 @@ from .decide import Decode, GiveUp
 from .graph import TaskSpec, submit_graph
 from .handle import describe
 from .judge import JudgingJob
-from .placement import silent_workers
 from .quality import JobQuality
 from .report import split_redundant
 from .savings import cpu_split, plain_ready, uncoded_tasks, write_counterfactual
+from .sending import TRANSFER_GRACE, watched_gather
 from .wait import WaitPolicy
 from .worker import (
     DecodedInfo,
@@ -52,11 +52,7 @@ if TYPE_CHECKING:
     from distributed import Future
     from distributed.scheduler import Scheduler
 
-__all__ = ["TRANSFER_GRACE", "DecodingJob"]
-
-#: seconds a transfer from the workers is given past a job's timeout (the results the
-#: timeout decodes from are still to be fetched then)
-TRANSFER_GRACE = 1.0
+__all__ = ["DecodingJob"]
 
 
 def _model_quantiles(
@@ -275,59 +271,16 @@ class DecodingJob(JudgingJob):
     async def watched_gather(
         self, want: dict[int, Future[Any]], timeout: float | None = None
     ) -> dict[int, Any]:
-        """Gather ``want`` (coded index -> a future on that result's worker: the result or
-        its sketch), skipping errors; returns what arrived.
-
-        A result whose worker left before the transfer is recomputed by the scheduler on
-        that (departed) worker only, so a plain gather would wait forever: the workers are
-        watched, and once one of them is gone (or ``timeout`` seconds passed) only what is
-        finished on a live worker is taken.
-        """
-        poll = min(config.seconds("poll-interval"), 0.25)
-        loop = asyncio.get_running_loop()
-        end = None if timeout is None else loop.time() + timeout
-        gather = asyncio.ensure_future(_dist.gather(self.client, want, errors="skip"))
-        while True:
-            wait = poll if end is None else max(min(poll, end - loop.time()), 0)
-            done, _ = await asyncio.wait({gather}, timeout=wait)
-            if done:
-                # lost mid-transfer, or cancelled by the scheduler: written off
-                with contextlib.suppress(Exception, FutureCancelledError):
-                    return dict(gather.result())
-                return {}
-            live = set(await _dist.running_workers(self.client))
-            lost = any(
-                self.workers[i] not in live
-                or "lost" in (f.status, getattr(self._evals.get(i), "status", None))
-                for i, f in want.items()
-            )
-            if lost or (end is not None and loop.time() >= end):
-                gather.cancel()
-                with contextlib.suppress(BaseException):
-                    await gather
-                here = {
-                    i: f
-                    for i, f in want.items()
-                    if f.status == "finished" and self.workers[i] in live
-                }
-                if end is not None:
-                    # past the bound: leave out the results of workers that do not answer
-                    # (frozen: no heartbeat), whose transfer would hold back the others'
-                    # (the client batches concurrent gathers into one request)
-                    silent = set(
-                        await _dist.run_on_scheduler(self.client, silent_workers, sorted(live))
-                    )
-                    here = {i: f for i, f in here.items() if self.workers[i] not in silent}
-                    with contextlib.suppress(Exception, FutureCancelledError):
-                        return dict(
-                            await asyncio.wait_for(
-                                _dist.gather(self.client, here, errors="skip"), TRANSFER_GRACE
-                            )
-                        )
-                    return {}
-                with contextlib.suppress(Exception, FutureCancelledError):
-                    return dict(await _dist.gather(self.client, here, errors="skip"))
-                return {}
+        """:func:`.sending.watched_gather` of ``want`` (coded index -> a future on that
+        result's worker: the result or its sketch), the job's workers watched."""
+        evals = self._evals
+        return await watched_gather(
+            self.client,
+            want,
+            self.workers,
+            lambda i: getattr(evals.get(i), "status", None),
+            timeout,
+        )
 
     def _reject(self, used: list[int], specs: list[ResultSpec]) -> bool:
         """Write off the results whose shape differs from the majority; True if any.

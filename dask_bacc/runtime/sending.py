@@ -1,18 +1,22 @@
-"""A job's in-memory input blocks, sent from the client to the workers once each.
-
-Used by the launch policies (:mod:`.launch`) for input above
-``bacc.data-inline-limit``, and by the job (:mod:`.job`), which sends a lost block again.
+"""What travels between the client and the workers: a job's in-memory input blocks,
+sent once each (:class:`ClientBlocks`, used by the launch policies of :mod:`.launch` for
+input above ``bacc.data-inline-limit`` and by the job, which sends a lost block again),
+and results brought back under watch (:func:`watched_gather`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+import contextlib
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from distributed.client import FutureCancelledError
 
+from .. import config
 from . import _dist, keys
+from .placement import silent_workers
 
 if TYPE_CHECKING:
     from dask.typing import Key
@@ -20,7 +24,11 @@ if TYPE_CHECKING:
 
     from ..collections import Blocks
 
-__all__ = ["ClientBlocks", "detach", "local_arrays"]
+__all__ = ["TRANSFER_GRACE", "ClientBlocks", "detach", "local_arrays", "watched_gather"]
+
+#: seconds a transfer from the workers is given past a job's timeout (the results the
+#: timeout decodes from are still to be fetched then)
+TRANSFER_GRACE = 1.0
 
 
 class ClientBlocks:
@@ -151,3 +159,54 @@ def local_arrays(blocks: Blocks) -> list[Any]:
     if isinstance(blocks, ListBlocks):
         return [np.asarray(a, dtype=blocks.dtype) for a in blocks.arrays]
     return list(blocks.stacked())
+
+
+async def watched_gather(
+    client: Client,
+    want: Mapping[int, Future[Any]],
+    worker_of: Mapping[int, str],
+    status: Callable[[int], str | None],
+    timeout: float | None = None,
+) -> dict[int, Any]:
+    """Gather ``want`` (index -> a future on the worker ``worker_of[index]``), skipping
+    errors; returns what arrived.
+
+    A result whose worker left before the transfer is recomputed by the scheduler on that
+    (departed) worker only, so a plain gather would wait forever: the workers are watched,
+    and once one of them is gone or a task is ``lost`` (``status(index)``: the job's own
+    view of the task), or ``timeout`` seconds passed, only what is finished on a live
+    worker is taken.
+    """
+    poll = min(config.seconds("poll-interval"), 0.25)
+    loop = asyncio.get_running_loop()
+    end = None if timeout is None else loop.time() + timeout
+    gather = asyncio.ensure_future(_dist.gather(client, dict(want), errors="skip"))
+    while True:
+        wait = poll if end is None else max(min(poll, end - loop.time()), 0)
+        done, _ = await asyncio.wait({gather}, timeout=wait)
+        if done:
+            # lost mid-transfer, or cancelled by the scheduler: written off
+            with contextlib.suppress(Exception, FutureCancelledError):
+                return dict(gather.result())
+            return {}
+        live = set(await _dist.running_workers(client))
+        lost = any(
+            worker_of[i] not in live or "lost" in (f.status, status(i)) for i, f in want.items()
+        )
+        if not lost and (end is None or loop.time() < end):
+            continue
+        gather.cancel()
+        with contextlib.suppress(BaseException):
+            await gather
+        here = {i: f for i, f in want.items() if f.status == "finished" and worker_of[i] in live}
+        bound: float | None = None
+        if end is not None:
+            # past the bound: leave out the results of workers that do not answer (frozen:
+            # no heartbeat), whose transfer would hold back the others' (the client
+            # batches concurrent gathers into one request)
+            silent = set(await _dist.run_on_scheduler(client, silent_workers, sorted(live)))
+            here = {i: f for i, f in here.items() if worker_of[i] not in silent}
+            bound = TRANSFER_GRACE
+        with contextlib.suppress(Exception, FutureCancelledError):
+            return dict(await asyncio.wait_for(_dist.gather(client, here, errors="skip"), bound))
+        return {}
