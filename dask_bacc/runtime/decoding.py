@@ -271,8 +271,9 @@ class DecodingJob(JudgingJob):
     async def watched_gather(
         self, want: dict[int, Future[Any]], timeout: float | None = None
     ) -> dict[int, Any]:
-        """:func:`.sending.watched_gather` of ``want`` (coded index -> a future on that
-        result's worker: the result or its sketch), the job's workers watched."""
+        """``dask_bacc.runtime.sending.watched_gather`` of ``want`` (coded index -> a
+        future on that result's worker: the result or its sketch), the job's workers
+        watched."""
         evals = self._evals
         return await watched_gather(
             self.client,
