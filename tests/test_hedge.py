@@ -18,7 +18,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from cluster_helpers import checked_local_cluster, gen_cluster
-from distributed import Client, Event
+from distributed import Client, Event, get_worker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_coding import held_primary  # block 0's primary waits for its Event
@@ -402,6 +402,57 @@ def test_layer_entry_points_hedge_a_held_task(client, entry, n_chunks):
     assert all(o == "used" for i, o in outcome.items() if 0 < i < n_chunks)
     assert stats["used"] == n_chunks and stats["straggled"] >= 1
     assert stats["hedge"]["launched"] == h["launched"]
+
+
+def held_first_partition(part):
+    """The primary of the partition holding row 0 waits for the Event
+    "bacc-test-span-gate"; its copies and every other partition run at once."""
+    key = get_worker().get_current_task()
+    name = key[0] if isinstance(key, tuple) else key
+    if 0 in part.index and not str(name).startswith("bacc-copy-"):
+        Event("bacc-test-span-gate").wait()
+    return part * 2
+
+
+@pytest.mark.slow
+def test_a_layer_jobs_late_copies_are_launched_in_its_span(client, monkeypatch):
+    """Issue 40, item 1: every kind of job is launched by one lifecycle, whose loop runs in
+    the job's span, so what the loop launches later (a layer job's late copy) is the
+    job's on the dashboard's span views. Before, a layer job's loop ran outside its span
+    and its late copies had none."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from dask_bacc.runtime import _dist
+
+    spans = []
+    real_get = _dist.get
+
+    def spy(c, graph, keys):
+        spans.append(dask.get_annotations().get("span"))
+        return real_get(c, graph, keys)
+
+    monkeypatch.setattr(_dist, "get", spy)
+    ev = Event("bacc-test-span-gate", client=client)
+    ev.clear()
+    df = pd.DataFrame({"x": np.arange(16.0)})
+    try:
+        job = dask_bacc.submit_coded(
+            held_first_partition,
+            dd.from_pandas(df, npartitions=4),
+            code="hedged",
+            meta=df.iloc[:0],  # (not inferred: f runs on the workers only)
+            client=client,
+        )
+        got = job.result(timeout=60).compute()
+        assert not ev.is_set()  # the primary of partition 0 is still held
+    finally:
+        ev.set()
+    pd.testing.assert_frame_equal(got, df * 2)
+    assert 0 in job.report.backups
+    assert len(spans) >= 2  # the first launch and at least one late copy
+    assert all(sp is not None for sp in spans), spans
+    assert len({tuple(sp["ids"]) for sp in spans}) == 1, spans  # one span: the job's
 
 
 def _closed_stats(client, token):
