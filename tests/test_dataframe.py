@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from cluster_helpers import gen_cluster, idle
 from distributed import get_worker
+from test_exact import quiet_log  # np.log, quietly (NaN, -inf)
 
 import dask_bacc
 from dask_bacc.collections import adapt
@@ -597,12 +598,6 @@ async def test_bad_frames_rejected_before_submission(c, s, *workers, lazy, optio
     with pytest.raises(error, match=match):
         await dask_bacc.submit_coded(func, frame, client=c, **options)
     assert not s.tasks  # nothing reached the scheduler
-
-
-def quiet_log(frame):
-    """``np.log`` without the warning for negatives (NaN) and zeros (-inf)."""
-    with np.errstate(all="ignore"):
-        return np.log(frame)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import pytest
 import xarray as xr
 from cluster_helpers import gen_cluster, idle
 from distributed import get_worker
+from test_exact import quiet_log  # np.log, quietly (NaN, -inf)
 
 import dask_bacc
 from dask_bacc.collections.xarray import XarrayBlocks
@@ -427,12 +428,6 @@ async def test_nan_is_refused_by_the_codes_that_mix_blocks(c, s, *workers):
     )
     with pytest.raises(ValueError, match="NaN or inf"):
         await job
-
-
-def quiet_log(obj):
-    """``np.log`` without the warning for negatives (NaN) and zeros (-inf)."""
-    with np.errstate(all="ignore"):
-        return np.log(obj)
 
 
 @pytest.mark.slow
