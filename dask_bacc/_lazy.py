@@ -34,8 +34,9 @@ def attach(
 
 def when_imported(name: str, then: Callable[[], object]) -> None:
     """Call ``then()`` once module ``name`` is imported: now if it is, else right after
-    its import (a finder that steps aside once, wrapping the module's loader). So that a
-    package can register something with an optional dependency without importing it."""
+    its import (a finder that wraps the module's loader, and steps aside once the module
+    has run). So that a package can register something with an optional dependency
+    without importing it."""
     if name in sys.modules:
         then()
         return
@@ -43,25 +44,45 @@ def when_imported(name: str, then: Callable[[], object]) -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds ``name`` through the other finders and wraps its loader to call ``then``.
+
+    It stays in ``sys.meta_path`` until the module has been executed, not only found: a
+    ``importlib.util.find_spec(name)`` that checks whether the module is installed (the
+    scheduler plugin does, before importing it) must not use up the hook."""
+
     def __init__(self, name: str, then: Callable[[], object]):
         self.name = name
-        self.then = then
+        self.then: Callable[[], object] | None = then
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname != self.name:
+        if fullname != self.name or self.then is None:
             return None
-        sys.meta_path.remove(self)  # once: the real finders find the module
-        spec = importlib.util.find_spec(fullname)
-        loader = spec.loader if spec is not None else None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         run = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
             run(module)
-            self.then()
+            self._fire()
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+    def _fire(self) -> None:
+        then, self.then = self.then, None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if then is not None:
+            then()

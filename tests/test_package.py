@@ -150,6 +150,27 @@ def test_the_worker_side_imports_neither_pandas_nor_xarray():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_accessor_survives_a_check_for_xarray_before_its_import():
+    """The scheduler plugin asks ``importlib.util.find_spec("xarray")`` before importing
+    it; with the scheduler in the client's process (a ``LocalCluster``) that check used up
+    the import hook, and ``.bacc`` was never registered (the README's xarray block failed
+    from a fresh clone). The hook now stays until xarray has been imported."""
+    proc = run_python(
+        """
+        import importlib.util
+        import dask_bacc
+        assert "xarray" not in sys.modules
+        assert importlib.util.find_spec("xarray") is not None
+        assert importlib.util.find_spec("xarray") is not None  # asked twice
+        import xarray as xr
+        assert hasattr(xr.DataArray([1.0]), "bacc") and hasattr(xr.Dataset(), "bacc")
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
 def test_lazy_names_resolve_to_their_definitions():
     from dask_bacc.runtime import coded_data, driver, job, report, submit, wait, worker
 
