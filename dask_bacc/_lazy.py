@@ -77,7 +77,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             run(module)
             self._fire()
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
     def _fire(self) -> None:
