@@ -257,9 +257,19 @@ class XarrayBlocks(Blocks):
     def check_finite(self) -> None:
         """Refuse NaN and inf in the coded variables, naming them (the codes that mix
         blocks only; dask-backed data is checked where each share is encoded)."""
-        if self._nonfinite:
+        if self.chunked:
+            return
+        flat = self.flat
+        assert isinstance(flat, np.ndarray)  # in memory
+        bad, start = [], 0
+        if flat.dtype.kind == "f":
+            for name, width in self._columns:
+                if not np.isfinite(flat[:, start : start + width]).all():
+                    bad.append(name)
+                start += width
+        if bad:
             # an unnamed DataArray is one variable named None
-            where = "the data" if self._nonfinite == [None] else f"variable(s) {self._nonfinite}"
+            where = "the data" if bad == [None] else f"variable(s) {bad}"
             raise ValueError(
                 f"{where} contains NaN or inf; a code that mixes blocks "
                 "needs finite data (the exact codes that copy blocks, repetition, hedged and "
@@ -387,17 +397,13 @@ class XarrayBlocks(Blocks):
         #: chunked: one task per block builds its flat ``(rows, total)`` array (a list of
         #: Delayed); in memory: the ``(n, total)`` array
         self.flat: list[Any] | np.ndarray
-        #: the in-memory variables holding NaN or inf (:meth:`check_finite`)
-        self._nonfinite: list[Hashable] = []
+        #: each coded variable and its columns in a flat block, in order (checked for NaN
+        #: and inf by :meth:`check_finite`, for the codes that mix blocks only)
+        self._columns = [(name, int(v.size) // n) for name, v in coded.items()]
         if chunked:
             self.flat = _dask_blocks(coded, dim, dim_chunks, dtype)
         else:
             self.flat = _in_memory_flat(coded, dim, dtype)
-            self._nonfinite = [
-                name
-                for name, v in coded.items()
-                if v.dtype.kind == "f" and not np.isfinite(np.asarray(v.values)).all()
-            ]
 
     # -- Blocks API -----------------------------------------------------------------------
     def stacked(self) -> np.ndarray:

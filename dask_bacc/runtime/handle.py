@@ -174,7 +174,7 @@ class JobHandle:
         _loops.add(task)
         task.add_done_callback(_loops.discard)
 
-    async def _next_arrivals(self, ac: Any, wait_for: float) -> list[Future[Any]]:
+    async def _next_arrivals(self, ac: _dist.FutureQueue, wait_for: float) -> list[Future[Any]]:
         """What landed in ``ac`` (a ``distributed.as_completed``) within ``wait_for``
         seconds, every result already in at once (one decision for a burst); [] when
         nothing did. Raises ``CancelledError`` once :meth:`cancel` was asked for."""
