@@ -27,7 +27,7 @@ import dask_bacc
 import dask_bacc.diagnostics
 from dask_bacc.diagnostics.latency import TaskTimes
 from dask_bacc.runtime.launch import backup_workers, plan_backups
-from dask_bacc.runtime.rules import late_blocks
+from dask_bacc.runtime.rules import late_blocks, share_backups
 from dask_bacc.runtime.speculative import Speculation
 from dask_bacc.testing import assert_exact, gate_stragglers
 
@@ -153,19 +153,25 @@ def test_plan_backups_properties(state, rule):
     # the losers are exactly the copies still running of blocks already given
     assert sorted(plan.losers) == sorted(i for i in pending if i % K in covered)
     copies = {j: [i for i in launched_at if i % K == j] for j in range(K)}
-    assert len(set(plan.blocks)) == len(plan.blocks)
-    for j in plan.blocks:
+    for j in set(plan.blocks):
         assert j not in covered  # never a copy of a block given
-        assert len(copies[j]) < rule.copies  # never past the copies allowed
+        # never past the copies allowed, however many it gets at once
+        assert len(copies[j]) + plan.blocks.count(j) <= rule.copies
         running = [launched_at[i] for i in copies[j] if i in pending]
         if running:  # late: its newest copy ran past the threshold
             assert plan.threshold is not None and now - max(running) > plan.threshold
     # failed blocks first, then late ones, the latest first; the late ones within budget
     late = plan.blocks[len(plan.blocks) - plan.late :]
     assert all(any(i in pending for i in copies[j]) for j in late)
+    failed = plan.blocks[: len(plan.blocks) - plan.late]
+    assert len(set(failed)) == len(failed)  # a failed block is replaced once
     budget = rule.budget_tasks(K)
     if budget is not None:
         assert plan.late <= max(budget - hedged, 0)
+    # first copies first: no late block gets a second while another late one got none
+    if len(set(late)) < len(late):
+        first = late[: len(set(late))]
+        assert sorted(first) == sorted(set(late))
     # the finish order does not matter
     again = plan_backups(
         K, rule, usable[::-1], pending[::-1], launched_at, arrival, now, prior, hedged
@@ -195,6 +201,48 @@ def test_late_blocks_are_backed_up_latest_first_within_the_budget():
     plan = plan_backups(K, Speculation.hedge(budget=None, min_runtime=0.0), [0, 1, 2, 3],
                         [4, 5, 6, 7, K + 4, 2 * K + 4], launched_at, arrival, 1.0)  # fmt: skip
     assert 4 not in plan.blocks
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    late=st.lists(st.integers(0, 20), unique=True, max_size=8),
+    rooms=st.lists(st.integers(-1, 3), min_size=21, max_size=21),
+    slots=st.none() | st.integers(0, 12),
+)
+def test_share_backups_first_copies_first(late, rooms, slots):
+    out = share_backups(late, rooms.__getitem__, slots)
+    wanted = sum(max(rooms[b], 0) for b in late)
+    # as many as the blocks may have, within the slots
+    assert len(out) == (wanted if slots is None else min(wanted, slots))
+    for b in set(out):
+        assert b in late and out.count(b) <= rooms[b]
+    # rounds: the k-th copies of the blocks, in the late order, before any (k+1)-th
+    seen: dict[int, int] = {}
+    rank = [seen.__setitem__(b, seen.get(b, 0) + 1) or seen[b] for b in out]
+    assert rank == sorted(rank)
+    for r in set(rank):
+        in_round = [b for b, k in zip(out, rank, strict=True) if k == r]
+        assert in_round == [b for b in late if b in in_round]
+
+
+def test_a_late_task_gets_its_copies_at_once_and_the_budget_goes_first_copies_first():
+    K = 8
+    launched_at = {j: 0.0 for j in range(K)}
+    arrival = {j: 0.1 for j in range(6)}  # six finished in 0.1 s; 6 and 7 run late
+    rule = Speculation.hedge(multiplier=2.0, min_runtime=0.0, budget=None)  # copies 3
+    plan = plan_backups(K, rule, list(range(6)), [6, 7], launched_at, arrival, 1.0)
+    # both late blocks get both backups the rule allows, now: a late backup is not waited for
+    assert sorted(plan.blocks) == [6, 6, 7, 7] and plan.late == 4
+    assert sorted(plan.blocks[:2]) == [6, 7]  # every late block one before any gets two
+    # a budget of 3 backups: one each, then a second for the latest
+    plan = plan_backups(K, Speculation.hedge(multiplier=2.0, min_runtime=0.0, budget=3 / 8),
+                        list(range(6)), [6, 7], launched_at, arrival, 1.0)  # fmt: skip
+    assert plan.blocks == [7, 6, 7] and plan.late == 3
+    # Spark's rule (copies 2, armed once 7 of 8 finished): one backup, as before
+    arrival[6] = 0.1
+    spark = Speculation.spark(min_runtime=0.0)
+    plan = plan_backups(K, spark, list(range(7)), [7], launched_at, arrival, 1.0)
+    assert plan.blocks == [7]
 
 
 def test_backup_workers_idle_first_and_never_slow_while_another_is_free():

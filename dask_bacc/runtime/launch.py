@@ -28,6 +28,7 @@ from . import _dist, keys
 from .graph import TaskSpec
 from .hedge import Prior, close_backups, new_record
 from .placement import choose_workers
+from .rules import share_backups
 from .sending import ClientBlocks, local_arrays
 from .worker import encode_eval_task
 
@@ -236,8 +237,10 @@ def plan_backups(
     its second). A block not given yet gets a copy when none of its copies is running (they
     failed), or when its newest running copy has run longer than ``rule``'s threshold
     (:meth:`~.rules.Speculation.threshold`, from the finished tasks' run times and
-    ``prior``), while it has fewer than ``rule.copies`` copies. Late blocks are charged to
-    the rule's budget (``hedged``: late backups launched so far), the latest first.
+    ``prior``): then as many as it may still have (fewer than ``rule.copies`` in all), at
+    once, first copies first across the late blocks (:func:`~.rules.share_backups`). Late
+    backups are charged to the rule's budget (``hedged``: late backups launched so far),
+    the latest blocks first.
     """
     covered = {i % K for i in usable}
     losers = [i for i in pending if i % K in covered]
@@ -260,9 +263,12 @@ def plan_backups(
             late.append((now - max(alive), j))
     late.sort(reverse=True)
     budget = rule.budget_tasks(K)
-    if budget is not None:
-        late = late[: max(budget - hedged, 0)]
-    return BackupPlan(losers, failed + [j for _, j in late], len(late), threshold, expected, source)
+    backups = share_backups(
+        [j for _, j in late],
+        lambda j: rule.copies - len(copies[j]),
+        None if budget is None else max(budget - hedged, 0),
+    )
+    return BackupPlan(losers, failed + backups, len(backups), threshold, expected, source)
 
 
 def backup_workers(

@@ -33,7 +33,7 @@ import contextvars
 import math
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ from .handle import JobHandle, describe
 from .hedge import Prior, close_backups, new_record
 from .placement import choose_workers, place_copies, release_restrictions
 from .report import JobReport
-from .rules import Speculation, late_blocks
+from .rules import Speculation, late_blocks, share_backups
 from .savings import copy_savings
 from .sending import detach
 from .worker import run_started
@@ -497,10 +497,12 @@ class RedundantJob(JobHandle):
         }
 
     async def _rerun_late(self) -> None:
-        """Launch a copy of each block whose copies all run late by the rule: its newest
-        copy started longer than the threshold ago (every copy says when it starts), or,
-        in the tail, none of its copies started; and at once, of a block whose copies are
-        all held to workers that left (:func:`_stranded`)."""
+        """Launch the copies the rule still allows each block whose copies all run late
+        by it, together, first copies first within the budget and the idle workers
+        (:func:`~.rules.share_backups`): late when its newest copy started longer than the
+        threshold ago (every copy says when it starts), or, in the tail, none of its
+        copies started; and a copy at once of a block whose copies are all held to
+        workers that left (:func:`_stranded`)."""
         if self._elapsed() - self._checked < self.rule.interval:
             return  # at most once an interval, not on every arrival: K may be thousands
         self._checked = self._elapsed()
@@ -517,14 +519,21 @@ class RedundantJob(JobHandle):
         if self._tail_since is None and self.K - len(self._winner) <= len(self.workers):
             self._tail_since = now
 
-        def may_copy(b: int) -> bool:
+        def started(b: int) -> int:
             # copies that started count against the rule's limit; one queued on a worker
             # that never starts it (frozen, or held by a task that never ends) does not
-            started = sum((b, c) in self._started_at for c in self._copies[b])
+            return sum((b, c) in self._started_at for c in self._copies[b])
+
+        def may_copy(b: int) -> bool:
             return (
                 b not in late
                 and len(self._on[b]) < len(self.workers)
-                and started < self.rule.copies
+                and started(b) < self.rule.copies
+            )
+
+        def room(b: int) -> int:  # copies b may still get (its first counts once queued)
+            return min(
+                self.rule.copies - max(started(b), 1), len(self.workers) - len(self._on[b])
             )
 
         overdue = (
@@ -532,34 +541,25 @@ class RedundantJob(JobHandle):
             if threshold is None
             else late_blocks(self._open, self._since, self._tail_since, now, threshold, may_copy)
         )
-        budget = None if isinstance(self.policy, Repetition) else self.rule.budget_tasks(self.K)
-        if budget is not None:
-            overdue = overdue[: max(budget - self.hedged, 0)]
         workers = [w for w in self.workers if live is None or w in live]
         if any(w not in self._stuck for w in workers):  # none behind a loser that runs on
             workers = [w for w in workers if w not in self._stuck]
+        slots: list[int] = []
+        budget = None if isinstance(self.policy, Repetition) else self.rule.budget_tasks(self.K)
+        if budget is not None:
+            slots.append(max(budget - self.hedged, 0))
         if self.rule.hedges:
             # a hedge never displaces a primary: only as many as there are idle workers
             # (none of the job's copies running or placed there); in waves, the tail
-            overdue = overdue[: sum(self._busy[w] <= 0 for w in workers)]
+            slots.append(sum(self._busy[w] <= 0 for w in workers))
+        overdue = share_backups(overdue, room, min(slots) if slots else None)
         late += overdue
         slow = self.prior.slow if self.prior is not None else set()
         if len(workers) > len(slow & set(workers)) + 1:  # none the model holds slow
             workers = [w for w in workers if w not in slow]
         if not late or not workers:
             return
-        _, chosen = place_copies(
-            workers,
-            [self._on[b].get(0) if self._on[b].get(0) in workers else None for b in late],
-            [self._held[b] for b in late],
-            self._busy,
-            exclude=[set(self._on[b].values()) for b in late],
-        )
-        plan = [
-            (b, max(self._copies[b]) + 1, q)
-            for b, q in zip(late, chosen, strict=True)
-            if q is not None
-        ]
+        plan = self._place_late(late, workers)
         if not plan:
             return
         where_to: dict[Key, list[str]] = {}
@@ -578,6 +578,32 @@ class RedundantJob(JobHandle):
             self._since[b] = now
             self._ac.add(fut)
             self.hedged += b in charged
+
+    def _place_late(self, late: list[int], workers: list[str]) -> list[tuple[int, int, str]]:
+        """Where the late copies go, ``(block, copy, worker)``: a block listed twice gets
+        two copies, each on a worker holding none of its copies, placed a round at a time
+        (:func:`~.placement.place_copies`)."""
+        plan: list[tuple[int, int, str]] = []
+        load = Counter(self._busy)
+        taken: dict[int, set[str]] = defaultdict(set)
+        todo = list(late)
+        while todo:
+            round_ = list(dict.fromkeys(todo))
+            for b in round_:
+                todo.remove(b)
+            _, chosen = place_copies(
+                workers,
+                [self._on[b].get(0) if self._on[b].get(0) in workers else None for b in round_],
+                [self._held[b] for b in round_],
+                load,
+                exclude=[set(self._on[b].values()) | taken[b] for b in round_],
+            )
+            for b, q in zip(round_, chosen, strict=True):
+                if q is not None:
+                    plan.append((b, max(self._copies[b]) + 1 + len(taken[b]), q))
+                    taken[b].add(q)
+                    load[q] += 1
+        return plan
 
     def _timed_out(self) -> Exception:
         missing = self.K - len(self._winner)

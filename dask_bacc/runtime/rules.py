@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import config
 
-__all__ = ["BACKUP_CODES", "Speculation", "backup_code", "late_blocks"]
+__all__ = ["BACKUP_CODES", "Speculation", "backup_code", "late_blocks", "share_backups"]
 
 
 #: the codes that run K tasks plus backup copies of late ones, and their default rule
@@ -81,7 +81,11 @@ class Speculation:
     interval : float
         Seconds between checks (``spark.speculation.interval``: 100 ms).
     copies : int
-        Most copies of one task, the first included (2: one backup).
+        Most copies of one task, the first included (2: one backup). A late task gets the
+        copies it may still have at once (:func:`share_backups`), not one a threshold
+        after the other: a backup straggles as often as any task, and finding that out
+        costs another threshold, while a copy on an idle worker costs only capacity
+        nobody uses.
     budget : float or None
         Extra task-seconds a job may spend on backups of late tasks, as a fraction of its
         expected task-seconds (``K * expected``; at least one task's worth); a backup is
@@ -260,3 +264,29 @@ def late_blocks(
             overdue.append((now - started, b))
     overdue.sort(reverse=True)
     return [b for _, b in overdue]
+
+
+def share_backups(late: Sequence[int], room: Callable[[int], int], slots: int | None) -> list[int]:
+    """The backups of the ``late`` blocks (latest first) launched at one check, first
+    copies first: every late block gets one backup before any gets a second, each at
+    most ``room(b)`` (the copies the rule still allows it), ``slots`` in all (what is left
+    of the budget, and of the idle workers; None: no limit).
+
+    Returns the blocks in launch order, a block once per backup (a block that gets two
+    appears twice). A late task gets its copies together rather than a threshold apart:
+    with a tenth of tasks straggling, one backup in ten straggles too, and waiting a
+    threshold to find that out put those jobs at twice the tail of the others (the
+    one-wave cell of docs/regimes.md).
+    """
+    left = {b: max(int(room(b)), 0) for b in late}
+    out: list[int] = []
+    while slots is None or len(out) < slots:
+        round_ = [b for b in late if left[b] > 0]
+        if not round_:
+            break
+        if slots is not None:
+            round_ = round_[: slots - len(out)]
+        for b in round_:
+            left[b] -= 1
+        out += round_
+    return out
