@@ -193,6 +193,9 @@ def main() -> None:
         "--cells",
         default="one,stragglers,burn,smooth,iid-approx,large,concurrent,concurrent-stragglers,waves",
     )
+    ap.add_argument(
+        "--strategies", default=None, help="comma-separated: only these (plain always runs)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/equal_resources.json")
     args = ap.parse_args()
@@ -234,9 +237,12 @@ def main() -> None:
                 0.1, 1, False, iid, ["plain", "hedged", "repetition", "default"], 3,
             ),
         }  # fmt: skip
+        only = None if args.strategies is None else {"plain", *args.strategies.split(",")}
         for name, (p, factor, burn, X, strategies, concurrent) in table.items():
             if name not in cells:
                 continue
+            if only is not None:
+                strategies = [s for s in strategies if s in only]
             Xc = np.tile(X, (factor, 1)) if factor > 1 else X  # the same cost per row
             results["cells"][name] = run_cell(
                 client,
@@ -256,7 +262,7 @@ def main() -> None:
             for name, p in (("waves", 0.0), ("waves-stragglers", 0.05)):
                 results["cells"][name] = run_cell(
                     client,
-                    ["plain", "hedged", "repetition"],
+                    [s for s in ("plain", "hedged", "repetition") if only is None or s in only],
                     args.rounds,
                     args.seed,
                     lambda s, p=p: waves_job(client, s, x, uw, p, False),

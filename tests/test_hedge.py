@@ -208,24 +208,37 @@ def test_late_blocks_are_backed_up_latest_first_within_the_budget():
     late=st.lists(st.integers(0, 20), unique=True, max_size=8),
     rooms=st.lists(st.integers(-1, 3), min_size=21, max_size=21),
     slots=st.none() | st.integers(0, 12),
+    reserve=st.integers(0, 4),
 )
-def test_share_backups_first_copies_first(late, rooms, slots):
-    out = share_backups(late, rooms.__getitem__, slots)
-    wanted = sum(max(rooms[b], 0) for b in late)
-    # as many as the blocks may have, within the slots
-    assert len(out) == (wanted if slots is None else min(wanted, slots))
+def test_share_backups_in_whole_rounds(late, rooms, slots, reserve):
+    out = share_backups(late, rooms.__getitem__, slots, reserve)
+    room = {b: max(rooms[b], 0) for b in late}
+    assert slots is None or len(out) <= slots
     for b in set(out):
-        assert b in late and out.count(b) <= rooms[b]
-    # rounds: the k-th copies of the blocks, in the late order, before any (k+1)-th
-    seen: dict[int, int] = {}
-    rank = [seen.__setitem__(b, seen.get(b, 0) + 1) or seen[b] for b in out]
-    assert rank == sorted(rank)
-    for r in set(rank):
-        in_round = [b for b, k in zip(out, rank, strict=True) if k == r]
-        assert in_round == [b for b in late if b in in_round]
+        assert b in late and out.count(b) <= room[b]
+    # the first round: a first backup for every late block with room, latest first,
+    # as many as the slots hold
+    eligible = [b for b in late if room[b] > 0]
+    n_first = len(eligible) if slots is None else min(len(eligible), slots)
+    assert out[:n_first] == eligible[:n_first]
+    # each later round gives one more to every late block with room left, or is not given
+    done = out[:n_first]
+    rest = out[n_first:]
+    left = {b: room[b] - done.count(b) for b in late}
+    while True:
+        round_ = [b for b in late if left[b] > 0]
+        fits = slots is None or slots - len(done) >= len(round_) + reserve
+        if not round_ or not fits:
+            assert rest == []  # nothing past the last whole round
+            break
+        assert rest[: len(round_)] == round_
+        rest = rest[len(round_) :]
+        done += round_
+        for b in round_:
+            left[b] -= 1
 
 
-def test_a_late_task_gets_its_copies_at_once_and_the_budget_goes_first_copies_first():
+def test_a_late_task_gets_its_copies_at_once_when_the_budget_holds_them_for_all():
     K = 8
     launched_at = {j: 0.0 for j in range(K)}
     arrival = {j: 0.1 for j in range(6)}  # six finished in 0.1 s; 6 and 7 run late
@@ -234,10 +247,15 @@ def test_a_late_task_gets_its_copies_at_once_and_the_budget_goes_first_copies_fi
     # both late blocks get both backups the rule allows, now: a late backup is not waited for
     assert sorted(plan.blocks) == [6, 6, 7, 7] and plan.late == 4
     assert sorted(plan.blocks[:2]) == [6, 7]  # every late block one before any gets two
-    # a budget of 3 backups: one each, then a second for the latest
-    plan = plan_backups(K, Speculation.hedge(multiplier=2.0, min_runtime=0.0, budget=3 / 8),
-                        list(range(6)), [6, 7], launched_at, arrival, 1.0)  # fmt: skip
-    assert plan.blocks == [7, 6, 7] and plan.late == 3
+    # a budget of 3 backups: one each; the third is kept for a backup that runs late
+    budget3 = Speculation.hedge(multiplier=2.0, min_runtime=0.0, budget=3 / 8)
+    plan = plan_backups(K, budget3, list(range(6)), [6, 7], launched_at, arrival, 1.0)
+    assert sorted(plan.blocks) == [6, 7] and plan.late == 2
+    # a block still on time (7 started at 0.9) keeps a first backup in hand: 6 gets one
+    budget2 = Speculation.hedge(multiplier=2.0, min_runtime=0.0, budget=2 / 8)
+    plan = plan_backups(K, budget2, list(range(6)), [6, 7], {**launched_at, 7: 0.9},
+                        arrival, 1.0)  # fmt: skip
+    assert plan.blocks == [6]
     # Spark's rule (copies 2, armed once 7 of 8 finished): one backup, as before
     arrival[6] = 0.1
     spark = Speculation.spark(min_runtime=0.0)
@@ -362,22 +380,57 @@ async def test_the_prior_hedges_a_job_before_any_of_its_tasks_finished(c, s, *wo
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
-async def test_a_late_backup_gets_another_copy_within_the_budget(c, s, *workers):
+async def test_a_budget_short_of_a_second_round_keeps_it_for_a_late_backup(c, s, *workers):
+    """Blocks 0 and 1 late at once and a budget of three backups: one each (tasks 4 and
+    5), not a second for one of them; block 0's backup is held too, so the third goes to
+    it a threshold later (task 8), on a worker none of its copies ran on."""
     X = np.random.default_rng(3).uniform(0, 1, (8, 2))
-    # block 0's first copy and its first backup (task 4) are both held: a third copy (8)
-    gate = await gate_stragglers(indices=[0, 4], interruptible=False, client=c)
+    gate = await gate_stragglers(indices=[0, 1, 4], interruptible=False, client=c)
     try:
         job = await dask_bacc.submit_coded(
-            np.tanh, X, code="hedged", n_blocks=4, client=c, code_options={"budget": 0.5}
-        )
+            np.tanh, X, code="hedged", n_blocks=4, client=c,
+            # a threshold no unheld task reaches under load: blocks 2 and 3 are never late
+            code_options={"budget": 0.75, "min_runtime": 0.5},
+        )  # fmt: skip
         out = await job
     finally:
         await gate.release()
     rep = job.report
     np.testing.assert_array_equal(out, np.tanh(X))
-    assert rep.backups == [4, 8] and 8 in rep.returned
+    assert sorted(rep.backups[:2]) == [4, 5] and rep.backups[2:] == [8]
+    assert {5, 8} <= set(rep.returned)
+    # at one check, then a later one, once task 4 had run past the threshold itself
+    launched, interval = job.launch.launched_at, job.launch.rule.interval
+    assert abs(launched[4] - launched[5]) < interval
+    assert launched[8] - launched[4] > rep.hedge["threshold"]
     assert len({rep.workers[0], rep.workers[4], rep.workers[8]}) == 3
-    assert rep.hedge["launched"] == 2 and rep.hedge["won"] == 1
+    assert rep.hedge["launched"] == 3 and rep.hedge["won"] == 2
+    await gate.clear()
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_a_late_tasks_backups_go_together(c, s, *workers):
+    """One late block, budget to spare: its two backups (tasks 4 and 8) start together,
+    on two idle workers, without waiting to see whether the first one runs late."""
+    X = np.random.default_rng(5).uniform(0, 1, (8, 2))
+    gate = await gate_stragglers(indices=[0], interruptible=False, client=c)
+    try:
+        job = await dask_bacc.submit_coded(
+            np.tanh, X, code="hedged", n_blocks=4, client=c,
+            code_options={"budget": 0.5, "min_runtime": 0.5},
+        )  # fmt: skip
+        out = await job
+    finally:
+        await gate.release()
+    rep = job.report
+    np.testing.assert_array_equal(out, np.tanh(X))
+    assert sorted(rep.backups) == [4, 8]
+    launched = job.launch.launched_at
+    assert abs(launched[4] - launched[8]) < job.launch.rule.interval  # at one check
+    assert len({rep.workers[0], rep.workers[4], rep.workers[8]}) == 3
+    # both may land in the burst that ends the job
+    assert rep.hedge["launched"] == 2 and rep.hedge["won"] in (1, 2)
     await gate.clear()
 
 

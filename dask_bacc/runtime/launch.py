@@ -238,9 +238,10 @@ def plan_backups(
     failed), or when its newest running copy has run longer than ``rule``'s threshold
     (:meth:`~.rules.Speculation.threshold`, from the finished tasks' run times and
     ``prior``): then as many as it may still have (fewer than ``rule.copies`` in all), at
-    once, first copies first across the late blocks (:func:`~.rules.share_backups`). Late
-    backups are charged to the rule's budget (``hedged``: late backups launched so far),
-    the latest blocks first.
+    once, a round at a time across the late blocks, a further round only when the budget
+    holds it for every late block besides a first backup for each block still on time
+    (:func:`~.rules.share_backups`). Late backups are charged to the rule's budget
+    (``hedged``: late backups launched so far), the latest blocks first.
     """
     covered = {i % K for i in usable}
     losers = [i for i in pending if i % K in covered]
@@ -252,6 +253,7 @@ def plan_backups(
     running = set(pending)
     failed: list[int] = []
     late: list[tuple[float, int]] = []
+    on_time = 0  # blocks running, not late yet: each may need a first backup later
     for j in range(K):
         mine = copies.get(j, [])
         if j in covered or len(mine) >= rule.copies:
@@ -261,12 +263,15 @@ def plan_backups(
             failed.append(j)
         elif threshold is not None and now - max(alive) > threshold:
             late.append((now - max(alive), j))
+        else:
+            on_time += 1
     late.sort(reverse=True)
     budget = rule.budget_tasks(K)
     backups = share_backups(
         [j for _, j in late],
         lambda j: rule.copies - len(copies[j]),
         None if budget is None else max(budget - hedged, 0),
+        reserve=on_time,
     )
     return BackupPlan(losers, failed + backups, len(backups), threshold, expected, source)
 

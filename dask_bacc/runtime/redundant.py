@@ -135,11 +135,14 @@ class RedundantJob(JobHandle):
         #: every copy waits for its planned worker, strictly (else the primaries go where
         #: Dask puts them, and a copy is loose): a loose copy may be stolen onto the avoided
         #: worker, whose seceded driver leaves it idle to the scheduler, and a straggling
-        #: copy there holds the output chunks. Once a copy starts its restriction is lifted
-        #: (:meth:`_unpin_started`: no longer stealable; its result recomputable anywhere); a copy
-        #: queued on a worker that left is re-run elsewhere (:func:`_stranded`)
+        #: copy there holds the output chunks. Once a copy held to one worker starts, its
+        #: restriction is lifted (:meth:`_unpin_started`: no longer stealable; its result
+        #: recomputable anywhere); a primary held to the pool keeps it until the job ends
+        #: (:meth:`_clean_up`); a copy queued on a worker that left is re-run elsewhere
+        #: (:func:`_stranded`)
         self._fenced = len(pool) < len(workers)
         self._unpin: list[Key] = []  # started copies whose restriction is still to lift
+        self._pooled: list[Key] = []  # winners held to the pool (lifted at the end)
         self._unpinning: asyncio.Task[None] | None = None
         self._live_at: tuple[float, set[str]] | None = None  # when asked, the workers
         self.workers = choose_workers(
@@ -327,7 +330,11 @@ class RedundantJob(JobHandle):
         self._on[b][c] = worker
         self._note_worker(b + c * self.K, worker)
         fut = self._copies[b].get(c)
-        if self._fenced and fut is not None:
+        # a primary held to the whole pool (hedged, speculative) stays so while the job
+        # runs: within the pool it is as free as a plain task, and lifting each one's
+        # restriction as it starts cost a scheduler call per batch of starts, in waves a
+        # steady stream of them (the winners' are lifted together at the end: _clean_up)
+        if self._fenced and fut is not None and (c > 0 or isinstance(self.policy, Repetition)):
             self._unpin.append(fut.key)
             if self._unpinning is None:
                 self._unpinning = asyncio.ensure_future(self._unpin_started())
@@ -420,6 +427,8 @@ class RedundantJob(JobHandle):
             now = self._elapsed()
             self._winner[b] = fut
             self._open.discard(b)
+            if self._fenced and copy == 0 and not isinstance(self.policy, Repetition):
+                self._pooled.append(fut.key)
             i = b + copy * self.K
             self.report.returned.append(i)
             self.report.arrival[i] = now
@@ -552,7 +561,9 @@ class RedundantJob(JobHandle):
             # a hedge never displaces a primary: only as many as there are idle workers
             # (none of the job's copies running or placed there); in waves, the tail
             slots.append(sum(self._busy[w] <= 0 for w in workers))
-        overdue = share_backups(overdue, room, min(slots) if slots else None)
+        # a block still open and not late may turn late: keep a first backup for each
+        on_time = sum(may_copy(b) for b in self._open) - len(overdue)
+        overdue = share_backups(overdue, room, min(slots) if slots else None, on_time)
         late += overdue
         slow = self.prior.slow if self.prior is not None else set()
         if len(workers) > len(slow & set(workers)) + 1:  # none the model holds slow
@@ -634,6 +645,13 @@ class RedundantJob(JobHandle):
             detach(asyncio.ensure_future(_dist.run_on_scheduler(self.client, prune_finished_spans)))
         if self._unpinning is not None:
             self._unpinning.cancel()
+        if self._pooled:  # their results recomputable anywhere should their worker leave
+            detach(
+                asyncio.ensure_future(
+                    _dist.run_on_scheduler(self.client, release_restrictions, self._pooled)
+                )
+            )
+            self._pooled = []
         _dist.unsubscribe_topic(self.client, keys.start_topic(self.token))
         if pending and self.report.status != "finished":
             await _dist.cancel(self.client, pending, reason="bacc: the job ended")

@@ -266,27 +266,35 @@ def late_blocks(
     return [b for _, b in overdue]
 
 
-def share_backups(late: Sequence[int], room: Callable[[int], int], slots: int | None) -> list[int]:
-    """The backups of the ``late`` blocks (latest first) launched at one check, first
-    copies first: every late block gets one backup before any gets a second, each at
-    most ``room(b)`` (the copies the rule still allows it), ``slots`` in all (what is left
-    of the budget, and of the idle workers; None: no limit).
+def share_backups(
+    late: Sequence[int], room: Callable[[int], int], slots: int | None, reserve: int = 0
+) -> list[int]:
+    """The backups of the ``late`` blocks (latest first) launched at one check, in
+    rounds: every late block gets one backup (the latest first, while ``slots`` last), and
+    then each further round gives one more to every late block the rule still allows one
+    (``room(b)``: the copies it may still have) only if the whole round fits in what is
+    left of ``slots`` after ``reserve`` (one first backup for each block still running
+    that may yet turn late). ``slots``: what is left of the budget and of the idle
+    workers (None: no limit).
 
     Returns the blocks in launch order, a block once per backup (a block that gets two
     appears twice). A late task gets its copies together rather than a threshold apart:
     with a tenth of tasks straggling, one backup in ten straggles too, and waiting a
-    threshold to find that out put those jobs at twice the tail of the others (the
-    one-wave cell of docs/regimes.md).
+    threshold to find that out put about one job in seven at twice the others' tail
+    (the one-wave cell of docs/regimes.md). A round goes to every late block or to none:
+    a second copy for one of them could spend the budget a straggling backup of another
+    needs a threshold later, and the rest stays in hand for that.
     """
     left = {b: max(int(room(b)), 0) for b in late}
-    out: list[int] = []
-    while slots is None or len(out) < slots:
+    out = [b for b in late if left[b] > 0]
+    if slots is not None:
+        out = out[: max(slots, 0)]
+    for b in out:
+        left[b] -= 1
+    while True:
         round_ = [b for b in late if left[b] > 0]
-        if not round_:
-            break
-        if slots is not None:
-            round_ = round_[: slots - len(out)]
+        if not round_ or (slots is not None and slots - len(out) < len(round_) + reserve):
+            return out
         for b in round_:
             left[b] -= 1
         out += round_
-    return out
