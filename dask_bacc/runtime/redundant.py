@@ -540,9 +540,12 @@ class RedundantJob(JobHandle):
                 and started(b) < self.rule.copies
             )
 
-        def room(b: int) -> int:  # copies b may still get (its first counts once queued)
+        def room(b: int) -> int:
+            # the copies b may still have; at least one more when may_copy allows it
+            # (its copies queued where they never start)
             return min(
-                self.rule.copies - max(started(b), 1), len(self.workers) - len(self._on[b])
+                max(self.rule.copies - len(self._copies[b]), 1),
+                len(self.workers) - len(self._on[b]),
             )
 
         overdue = (
