@@ -507,7 +507,7 @@ class RedundantJob(JobHandle):
 
     async def _rerun_late(self) -> None:
         """Launch the copies the rule still allows each block whose copies all run late
-        by it, together, first copies first within the budget and the idle workers
+        by it, together, in whole rounds within the budget and the idle workers
         (:func:`~.rules.share_backups`): late when its newest copy started longer than the
         threshold ago (every copy says when it starts), or, in the tail, none of its
         copies started; and a copy at once of a block whose copies are all held to

@@ -82,10 +82,10 @@ class Speculation:
         Seconds between checks (``spark.speculation.interval``: 100 ms).
     copies : int
         Most copies of one task, the first included (2: one backup). A late task gets the
-        copies it may still have at once (:func:`share_backups`), not one a threshold
-        after the other: a backup straggles as often as any task, and finding that out
-        costs another threshold, while a copy on an idle worker costs only capacity
-        nobody uses.
+        copies it may still have at once when the budget holds them for every late task
+        (:func:`share_backups`), not one a threshold after the other: a backup straggles
+        as often as any task, and finding that out costs another threshold, while a copy
+        on an idle worker costs only capacity nobody uses.
     budget : float or None
         Extra task-seconds a job may spend on backups of late tasks, as a fraction of its
         expected task-seconds (``K * expected``; at least one task's worth); a backup is
