@@ -282,6 +282,34 @@ def quiet_log(block):
         return np.log(block)
 
 
+def nan_at_or_below_3(block):
+    """NaN where the value is at most 3: all of block 0's own data below."""
+    return np.where(block > 3, block, np.nan)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", ["systematic-spline", "bspline"])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 8)
+async def test_nan_from_f_on_a_blocks_own_data_is_refused_not_decoded(c, s, *workers, code):
+    """f's NaN on a block's own data is plain Dask's answer there, which no mix of blocks
+    can give. It used to be erased like a mixed share's NaN, and the block decoded from
+    the other shares as if f were finite there: 0, 1, 2, 3 where plain Dask gives NaN,
+    with no warning. Every other share is held, so the real share answers first."""
+    X = np.arange(16.0).reshape(8, 2)
+    rows = get_code(code, 4, 6).data_rows()
+    own = next(i for i, b in rows.items() if b == 0)
+    gate = await gate_stragglers(indices=[i for i in range(6) if i != own], client=c)
+    try:
+        job = await dask_bacc.submit_coded(
+            nan_at_or_below_3, X, code=code, n_blocks=4, n_coded=6, client=c
+        )
+        with pytest.raises(ValueError, match="NaN or inf on block 0's own data"):
+            await job
+    finally:
+        await gate.release()
+    await gate.clear()
+
+
 def nan_data():
     X = np.random.default_rng(40).uniform(-1.0, 2.0, (8, 2))
     X[0, 0], X[3, 1], X[5, 0] = np.nan, np.inf, 0.0

@@ -1,7 +1,8 @@
 """How a coded job judges its failed tasks: f's error on a block's own data is the user's
 (raised, as plain Dask raises it), on a mix of blocks an erasure once f is seen to work on
 real data; NaN/inf and values outside ``transform=`` on mixed shares mean f is not defined
-on them (a warning). The base of :class:`~.job.CodedJob` that holds it.
+on them (a warning), and NaN/inf on a block's own data is an answer no mixing code can
+give (a ValueError). The base of :class:`~.job.CodedJob` that holds it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ class JudgingJob(JobHandle):
         where = f"block {block}'s own data" if block is not None else "a mix of blocks"
         if failure.kind == "unsupported":  # f's output type: the same on every share
             raise TypeError(failure.reason.removeprefix("InvalidResult: "))
+        if failure.kind == "nonfinite" and block is not None:
+            # f's NaN/inf on real data is plain Dask's answer for that block, which no mix
+            # of blocks can give: erased, the block would be decoded from the other shares
+            # as if f were finite there (a confident wrong answer)
+            raise ValueError(
+                f"func returned NaN or inf on block {block}'s own data (coded share {i} of "
+                f"coded job {self.token}): plain Dask's answer has them there, and a code "
+                "that mixes blocks cannot decode them. Use an exact code "
+                "that copies blocks (code='repetition', 'hedged' or 'speculative'): it "
+                "passes NaN and inf through as plain Dask does."
+            )
         reason = failure.reason
         if failure.kind in ("raised", "domain"):  # f's error, or f's output outside transform=
             if self._cause is None:
