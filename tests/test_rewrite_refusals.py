@@ -87,6 +87,22 @@ def test_dataframe_map_overlap_is_refused_not_taken_for_map_partitions():
     assert dask_bacc.coded(y, code="berrut", fallback="plain") is y
 
 
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=SIX)
+async def test_drop_axis_is_refused_by_name_and_the_advice_runs(c, s, *workers):
+    """Issue 41, item 4: a map that drops an axis gives f the chunks along it joined; the
+    refusal used to say "f does not take the chunk as its first argument". Its advice,
+    an exact code, then runs and equals plain Dask."""
+    d = da.from_array(np.arange(32.0).reshape(8, 4), chunks=(2, 4))
+    y = d.map_blocks(lambda b: b.sum(axis=1), drop_axis=1, dtype=float)
+    cause = r"drops joined together \(map_blocks\(\.\.\., drop_axis="
+    with pytest.raises(RewriteError, match=cause) as err:
+        dask_bacc.coded(y, code="bspline")
+    assert "first argument" not in str(err.value) and "code='repetition'" in str(err.value)
+    got = await c.compute(dask_bacc.coded(y, code="repetition"))
+    np.testing.assert_array_equal(got, await c.compute(y))
+
+
 @pytest.mark.parametrize("trim", [True, False])
 def test_array_map_overlap_is_refused_by_name(trim):
     y = array().map_overlap(lambda b: b + 1, depth={0: 1, 1: 0}, boundary="none", trim=trim)

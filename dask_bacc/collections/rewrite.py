@@ -337,6 +337,12 @@ def _is_alias(key: Any, task: Any, dep: str) -> bool:
     return isinstance(target, tuple) and target[0] == dep and tuple(target[1:]) == tuple(key[1:])
 
 
+def _concatenate_axes() -> Callable[..., Any]:
+    from dask.array.core import concatenate_axes
+
+    return concatenate_axes
+
+
 def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
     """``(func, args, kwargs, input key)`` of one block's task, the block as first argument.
 
@@ -346,6 +352,15 @@ def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
 
     if not isinstance(task, Task):
         raise RewriteError(f"the block task is a {type(task).__name__}, not a function call")
+    first = task.args[0] if task.args else None
+    if isinstance(first, Task) and first.func is _concatenate_axes():
+        # what blockwise builds for an axis the map contracts (drop_axis=, or
+        # concatenate=True): f gets the chunks along it joined, not one chunk
+        raise RewriteError(
+            "the mapped function is called on the chunks along an axis it drops joined "
+            "together (map_blocks(..., drop_axis=...) or concatenate=True), not on one "
+            "chunk each"
+        )
     if not task.args or not isinstance(task.args[0], TaskRef):
         raise RewriteError(
             "the mapped function does not take the chunk as its first argument "
