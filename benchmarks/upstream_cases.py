@@ -26,7 +26,7 @@ before the original assertion runs, the wrapper
 
 1. computes the collection with the client (``client.compute(x).result(timeout=...)``):
    the plain result;
-2. for each code of ``--code`` (``repetition`` and ``speculative``), builds
+2. for each code of ``--code`` (default ``repetition`` and ``speculative``; also ``hedged``), builds
    ``dask_bacc.coded(x, code=code)``, compares its lazy metadata with ``x``'s (type;
    arrays: dtype, chunks, meta type; frames: meta, divisions; xarray: per variable dims,
    dtype, shape, chunks and attrs, plus attrs and name), computes it with the client and
@@ -88,11 +88,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-#: the codes every case is run with
-CODES = ("repetition", "speculative")
+#: the codes a case can be run with (``--code``), and those it is run with by default
+CODES = ("repetition", "speculative", "hedged")
+DEFAULT_CODES = ("repetition", "speculative")
 #: ``--code coding-<code>``: the collection computed unchanged with ``dask.compute``
 #: inside ``with dask_bacc.coding(code=<code>, only="all"):`` (issue 30), not ``coded()``
-CODING_CODES = ("coding-repetition", "coding-speculative")
+CODING_CODES = ("coding-repetition", "coding-speculative", "coding-hedged")
 
 #: the words a selected test's name (``--match name``) or source (``source``) holds
 WORDS = ("map_blocks", "map_partitions", "map_overlap")
@@ -733,7 +734,7 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     parser.epilog = "Exit status: 0 when every counted case is identical, 1 otherwise."
     args = parser.parse_args()
-    codes = tuple(args.code or CODES)
+    codes = tuple(args.code or DEFAULT_CODES)
     files = installed_test_files(args.suite or list(SUITES))
     if not files:
         print("no test file found", file=sys.stderr)

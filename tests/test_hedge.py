@@ -378,25 +378,33 @@ async def test_the_prior_hedges_a_job_before_any_of_its_tasks_finished(c, s, *wo
     await gate.clear()
 
 
+async def _held_hedged_job(c, held, budget):
+    """A hedged job of 4 blocks of ``np.tanh`` whose tasks ``held`` wait for the gate
+    until it has ended; its answer is checked. The threshold (0.5 s) is one no unheld
+    task reaches under load, so only the held blocks are ever late."""
+    X = np.random.default_rng(3).uniform(0, 1, (8, 2))
+    gate = await gate_stragglers(indices=held, interruptible=False, client=c)
+    try:
+        job = await dask_bacc.submit_coded(
+            np.tanh, X, code="hedged", n_blocks=4, client=c,
+            code_options={"budget": budget, "min_runtime": 0.5},
+        )  # fmt: skip
+        out = await job
+    finally:
+        await gate.release()
+    np.testing.assert_array_equal(out, np.tanh(X))
+    await gate.clear()
+    return job
+
+
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=SIX)
 async def test_a_budget_short_of_a_second_round_keeps_it_for_a_late_backup(c, s, *workers):
     """Blocks 0 and 1 late at once and a budget of three backups: one each (tasks 4 and
     5), not a second for one of them; block 0's backup is held too, so the third goes to
     it a threshold later (task 8), on a worker none of its copies ran on."""
-    X = np.random.default_rng(3).uniform(0, 1, (8, 2))
-    gate = await gate_stragglers(indices=[0, 1, 4], interruptible=False, client=c)
-    try:
-        job = await dask_bacc.submit_coded(
-            np.tanh, X, code="hedged", n_blocks=4, client=c,
-            # a threshold no unheld task reaches under load: blocks 2 and 3 are never late
-            code_options={"budget": 0.75, "min_runtime": 0.5},
-        )  # fmt: skip
-        out = await job
-    finally:
-        await gate.release()
+    job = await _held_hedged_job(c, [0, 1, 4], budget=0.75)
     rep = job.report
-    np.testing.assert_array_equal(out, np.tanh(X))
     assert sorted(rep.backups[:2]) == [4, 5] and rep.backups[2:] == [8]
     assert {5, 8} <= set(rep.returned)
     # at one check, then a later one, once task 4 had run past the threshold itself
@@ -405,7 +413,6 @@ async def test_a_budget_short_of_a_second_round_keeps_it_for_a_late_backup(c, s,
     assert launched[8] - launched[4] > rep.hedge["threshold"]
     assert len({rep.workers[0], rep.workers[4], rep.workers[8]}) == 3
     assert rep.hedge["launched"] == 3 and rep.hedge["won"] == 2
-    await gate.clear()
 
 
 @pytest.mark.slow
@@ -413,25 +420,14 @@ async def test_a_budget_short_of_a_second_round_keeps_it_for_a_late_backup(c, s,
 async def test_a_late_tasks_backups_go_together(c, s, *workers):
     """One late block, budget to spare: its two backups (tasks 4 and 8) start together,
     on two idle workers, without waiting to see whether the first one runs late."""
-    X = np.random.default_rng(5).uniform(0, 1, (8, 2))
-    gate = await gate_stragglers(indices=[0], interruptible=False, client=c)
-    try:
-        job = await dask_bacc.submit_coded(
-            np.tanh, X, code="hedged", n_blocks=4, client=c,
-            code_options={"budget": 0.5, "min_runtime": 0.5},
-        )  # fmt: skip
-        out = await job
-    finally:
-        await gate.release()
+    job = await _held_hedged_job(c, [0], budget=0.5)
     rep = job.report
-    np.testing.assert_array_equal(out, np.tanh(X))
     assert sorted(rep.backups) == [4, 8]
     launched = job.launch.launched_at
     assert abs(launched[4] - launched[8]) < job.launch.rule.interval  # at one check
     assert len({rep.workers[0], rep.workers[4], rep.workers[8]}) == 3
     # both may land in the burst that ends the job
     assert rep.hedge["launched"] == 2 and rep.hedge["won"] in (1, 2)
-    await gate.clear()
 
 
 @pytest.mark.slow

@@ -548,10 +548,12 @@ class RedundantJob(JobHandle):
                 len(self.workers) - len(self._on[b]),
             )
 
+        # the blocks that may get a copy, once per check (K may be thousands)
+        copyable = [b for b in self._open if may_copy(b)]
         overdue = (
             []
             if threshold is None
-            else late_blocks(self._open, self._since, self._tail_since, now, threshold, may_copy)
+            else late_blocks(copyable, self._since, self._tail_since, now, threshold, _always)
         )
         workers = [w for w in self.workers if live is None or w in live]
         if any(w not in self._stuck for w in workers):  # none behind a loser that runs on
@@ -565,7 +567,7 @@ class RedundantJob(JobHandle):
             # (none of the job's copies running or placed there); in waves, the tail
             slots.append(sum(self._busy[w] <= 0 for w in workers))
         # a block still open and not late may turn late: keep a first backup for each
-        on_time = sum(may_copy(b) for b in self._open) - len(overdue)
+        on_time = len(copyable) - len(overdue)
         overdue = share_backups(overdue, room, min(slots) if slots else None, on_time)
         late += overdue
         slow = self.prior.slow if self.prior is not None else set()
@@ -660,6 +662,10 @@ class RedundantJob(JobHandle):
             await _dist.cancel(self.client, pending, reason="bacc: the job ended")
         for fut in held:
             _dist.release(fut)
+
+
+def _always(b: int) -> bool:
+    return True
 
 
 def _holders(keys: list[Key], dask_scheduler: Any = None) -> dict[Key, dict[str, int]]:
