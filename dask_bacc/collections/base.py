@@ -8,7 +8,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FLOAT64_INTEGER_LIMIT", "Blocks", "beyond_float64", "check_dtype", "combine_rule"]
+__all__ = [
+    "FLOAT64_INTEGER_LIMIT",
+    "Blocks",
+    "beyond_float64",
+    "check_dtype",
+    "combine_rule",
+    "lossy_cast",
+    "undeclared_values_message",
+]
 
 COMBINE_CHOICES = ("auto", "concat", "stack")
 
@@ -59,6 +67,61 @@ def rounding_message(
         "would be coded in one float64 array with them, which rounds such integers, so "
         f"{seen}an exact decode (repetition, a systematic code's exact set, Lagrange) would "
         f"return other integers than f's own. {fix}"
+    )
+
+
+def lossy_cast(values: Any, dtype: Any) -> str | None:
+    """What a cast of ``values`` to ``dtype`` would change, in words (``"NaN"``,
+    ``"inf"``, ``"fractions"``, ``"values out of its range"``), or None when it keeps
+    every value. Integers beyond 2**53 cast to float64 are :func:`beyond_float64`'s
+    (callers refuse them with their own advice): here they count as kept.
+
+    Only the casts NumPy does not call safe are looked at, so the usual case (the data
+    in its declared dtype) costs a dtype comparison.
+    """
+    arr = np.asarray(values)
+    target = np.dtype(dtype)
+    if arr.dtype == target or np.can_cast(arr.dtype, target, "safe"):
+        return None
+    if arr.dtype.kind in "iub" and target.kind == "f":
+        return None  # beyond 2**53: beyond_float64's
+    if arr.dtype.kind in "fc" and target.kind in "biu":
+        if np.isnan(arr).any():
+            return "NaN"
+        if np.isinf(arr).any():
+            return "inf"
+        if target.kind == "b":
+            return None if np.isin(arr, (0, 1)).all() else "values other than 0 and 1"
+        if (arr != np.trunc(arr)).any():
+            return "fractions"
+        info = np.iinfo(target)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            return "values out of its range"
+        return None
+    with np.errstate(all="ignore"):
+        back = arr.astype(target).astype(arr.dtype)
+    same = np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc")
+    return None if same else "values out of its range"
+
+
+def undeclared_values_message(what: str, found: str, own: Any, declared: Any) -> str:
+    """Why data whose values its declared dtype cannot hold is refused: it is coded in
+    the declared dtype, and the cast would change it (NaN read as int64 is -9.2e18)
+    where plain Dask hands f the values unchanged. The advice works when followed: NaN
+    and inf need filling too under a code that mixes blocks."""
+    fill = (
+        " and fill them (e.g. fillna): a code that mixes blocks needs finite numbers"
+        if found in ("NaN", "inf")
+        else ""
+    )
+    return (
+        f"{what} holds {found} in dtype {own}, but the collection declares it "
+        f"{np.dtype(declared)} (its meta or dtype): the data is coded in the declared "
+        f"dtype, and the cast would change those values, where plain Dask gives f them "
+        f"unchanged. Declare the real dtype before the map (meta=/dtype=/template= with "
+        f"{own}, or .astype('float64')){fill}; or use an exact code that copies blocks "
+        f"(code='repetition', 'hedged' or 'speculative'), which runs f on the chunks as "
+        f"plain Dask does"
     )
 
 

@@ -24,7 +24,14 @@ import numpy as np
 import pandas as pd
 
 from ..exceptions import InvalidInput
-from .base import COMBINE_CHOICES, Blocks, beyond_float64, rounding_message
+from .base import (
+    COMBINE_CHOICES,
+    Blocks,
+    beyond_float64,
+    lossy_cast,
+    rounding_message,
+    undeclared_values_message,
+)
 
 __all__ = ["DaskFrameBlocks", "FrameFunction", "FrameOutput", "PandasBlocks", "frame_blocks"]
 
@@ -234,6 +241,7 @@ def numeric_values(
             _raise_missing(pairs, missing, series, what)
     if dtype.kind == "f":
         _refuse_rounding(obj, pairs, what)
+    _refuse_lossy_cast(obj, pairs, dtype, what)
     raw = obj.to_numpy(dtype=dtype)
     if rows is None or rows == raw.shape[0] or raw.shape[0] == 0:
         values = np.ascontiguousarray(raw)
@@ -243,6 +251,24 @@ def numeric_values(
     if finite:
         refuse_nonfinite_values(values, pairs, series, what)
     return values
+
+
+def _refuse_lossy_cast(obj: Frame, pairs: list[tuple[Any, Any]], dtype: np.dtype, what: str) -> None:
+    """Refuse a column whose values ``dtype`` (the coded dtype, from the collection's
+    meta) cannot hold: a partition whose real dtypes differ from its meta (NaN or
+    fractions in a column the meta types int64), before the cast changes them. An
+    :class:`~dask_bacc.exceptions.InvalidInput` naming the column."""
+    for pos, (label, column_dtype) in enumerate(pairs):
+        own = numeric_dtype(column_dtype)
+        if own is None or own == dtype or np.can_cast(own, dtype, "safe"):
+            continue
+        column = obj.iloc[:, pos] if isinstance(obj, pd.DataFrame) else obj
+        found = lossy_cast(column.to_numpy(dtype=own), dtype)
+        if found is not None:
+            where = f"column {label!r}" if obj.ndim == 2 else f"the Series {label!r}"
+            raise InvalidInput(
+                undeclared_values_message(f"{what}: {where}", found, column_dtype, dtype)
+            )
 
 
 def refuse_nonfinite_values(

@@ -25,7 +25,14 @@ import numpy as np
 import xarray as xr
 
 from ..exceptions import InvalidInput, InvalidResult
-from .base import Blocks, beyond_float64, check_dtype, rounding_message
+from .base import (
+    Blocks,
+    beyond_float64,
+    check_dtype,
+    lossy_cast,
+    rounding_message,
+    undeclared_values_message,
+)
 from .numpy import _resolve_k
 
 __all__ = ["CodedBlockFunc", "XarrayBlocks", "xarray_blocks"]
@@ -800,6 +807,14 @@ def _flat_block(
     """
     if np.dtype(dtype).kind == "f":
         _refuse_rounding(arrays, names)
+    for k, a in enumerate(arrays):
+        found = lossy_cast(a, dtype)
+        if found is not None:
+            name = names[k] if k < len(names) else k
+            where = "the data" if name is None else f"variable {name!r}"
+            raise InvalidInput(
+                undeclared_values_message(where, found, np.asarray(a).dtype, dtype)
+            )
     rows = np.shape(arrays[0])[axes[0]]
     widths = [int(np.size(a)) // rows if rows else 0 for a in arrays]
     out = np.empty((rows, sum(widths)), dtype=dtype)

@@ -1,0 +1,126 @@
+"""The codes that mix blocks: no silent wrong answer through ``coded()`` (issue 41).
+
+Each case came from dask's and xarray's own tests run through ``coded()`` under the codes
+that mix blocks (``benchmarks/upstream_cases.py``), where the answer differed from plain
+Dask without a word. Each is now refused with its real cause, and the test follows the
+refusal's advice and checks the call then runs (an exact code then equals plain Dask).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from cluster_helpers import gen_cluster
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import dask_bacc
+from dask_bacc.collections.base import lossy_cast
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SIX = [("127.0.0.1", 1)] * 6
+MIXING = ["systematic-spline", "bspline", "berrut"]
+
+
+async def error_of(c, collection):
+    """``(type, message)`` of the error computing ``collection`` raises (None if none)."""
+    from distributed import wait
+
+    future = c.compute(collection)
+    await wait(future)
+    exc = await future.exception() if future.status == "error" else None
+    return None if exc is None else (type(exc), str(exc))
+
+
+async def assert_within_estimate(c, z, got, want):
+    """The documented rule for an approximate answer: the labels of plain Dask's, and a
+    relative error within twice the job's own estimate, or a warning."""
+    if isinstance(want, (pd.DataFrame, pd.Series)):
+        pd.testing.assert_index_equal(got.index, want.index)
+    report = await dask_bacc.report_of(z, c)
+    a, b = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    error = np.linalg.norm(a - b) / np.linalg.norm(b)
+    warned = any(w.startswith("ApproximationWarning") for w in report.warnings)
+    assert warned or error <= 2 * (report.error_estimate or 0) + 1e-12, (error, report)
+
+
+# -- item 2: values the declared dtype cannot hold ------------------------------------------
+@given(
+    hnp.arrays(
+        st.sampled_from([np.float64, np.float32, np.int64, np.int32]),
+        hnp.array_shapes(max_dims=2, max_side=5),
+    ),
+    st.sampled_from([np.int64, np.int16, np.uint8, np.bool_, np.float32, np.float64]),
+)
+def test_lossy_cast_is_none_exactly_when_the_cast_keeps_every_value(values, dtype):
+    found = lossy_cast(values, dtype)
+    with np.errstate(all="ignore"):
+        back = values.astype(dtype).astype(values.dtype)
+    kept = np.array_equal(back, values, equal_nan=values.dtype.kind == "f")
+    if values.dtype.kind == "i" and np.dtype(dtype).kind == "f":
+        assert found is None  # integers beyond 2**53: refused apart, with their own advice
+    elif kept:
+        assert found is None, (values, dtype, found)
+    else:
+        assert found in ("NaN", "inf", "fractions", "values out of its range",
+                         "values other than 0 and 1"), found
+
+
+def _lying_frame(kind: str):
+    """A dask DataFrame whose meta types both columns int64, but whose partitions hold
+    NaN (``kind="nan"``) or fractions in column 'x': an earlier map declared the wrong
+    meta, as dask's own tests do."""
+    pdf = pd.DataFrame({"x": np.arange(40, dtype="i8"), "y": np.arange(40, dtype="i8") * 2})
+    ddf = dd.from_pandas(pdf, npartitions=4)
+    if kind == "nan":
+        return ddf.map_partitions(lambda d: d.assign(x=d.x.where(d.x % 3 > 0)), meta=pdf[:0])
+    return ddf.map_partitions(lambda d: d.assign(x=d.x / 4), meta=pdf[:0])
+
+
+@pytest.mark.parametrize("code", MIXING)
+@pytest.mark.parametrize("kind", ["nan", "fractions"])
+@gen_cluster(client=True, nthreads=SIX)
+async def test_frame_values_its_meta_cannot_hold_are_refused_by_column(c, s, *w, code, kind):
+    """Before: NaN in a column the meta types int64 came back as -9.22e18, and fractions
+    truncated, with no error (the partition was cast to the meta's dtype to be coded)."""
+    y = _lying_frame(kind).map_partitions(lambda d: d + 1)
+    error = await error_of(c, dask_bacc.coded(y, code=code))
+    assert error is not None, "decoded a partition cast from values its meta cannot hold"
+    found = "NaN" if kind == "nan" else "fractions"
+    assert issubclass(error[0], ValueError)
+    assert f"column 'x' holds {found} in dtype float64" in error[1], error[1]
+    assert "declares it int64" in error[1] and "code='repetition'" in error[1]
+    plain = await c.compute(y)
+    # the advice: declare the real dtype (and fill NaN) ...
+    fixed = _lying_frame(kind).astype("float64")
+    if kind == "nan":
+        fixed = fixed.fillna(0)
+    z = dask_bacc.coded(fixed.map_partitions(lambda d: d + 1), code=code)
+    got = await c.compute(z)
+    want = await c.compute(fixed.map_partitions(lambda d: d + 1))
+    await assert_within_estimate(c, z, got, want)
+    # ... or an exact code, which equals plain Dask
+    exact = await c.compute(dask_bacc.coded(y, code="repetition"))
+    pd.testing.assert_frame_equal(exact, plain)
+
+
+@pytest.mark.parametrize("code", MIXING)
+@gen_cluster(client=True, nthreads=SIX)
+async def test_xarray_values_its_template_cannot_hold_are_refused(c, s, *w, code):
+    a = xr.DataArray(np.arange(40), dims="t", name="v").chunk(t=10)
+    lying = xr.map_blocks(lambda o: o.where(o % 3 > 0), a, template=a)  # int64 template
+    y = xr.map_blocks(lambda o: o + 1, lying, template=lying)
+    error = await error_of(c, dask_bacc.coded(y, code=code))
+    assert error is not None, "decoded a chunk cast from NaN to int64"
+    assert "variable 'v' holds NaN in dtype float64" in error[1], error[1]
+    assert "declares it int64" in error[1]
+    exact = await c.compute(dask_bacc.coded(y, code="repetition"))
+    xr.testing.assert_identical(exact, await c.compute(y))
