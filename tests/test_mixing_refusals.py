@@ -70,8 +70,13 @@ def test_lossy_cast_is_none_exactly_when_the_cast_keeps_every_value(values, dtyp
     elif kept:
         assert found is None, (values, dtype, found)
     else:
-        assert found in ("NaN", "inf", "fractions", "values out of its range",
-                         "values other than 0 and 1"), found
+        assert found in (
+            "NaN",
+            "inf",
+            "fractions",
+            "values out of its range",
+            "values other than 0 and 1",
+        ), found
 
 
 def _lying_frame(kind: str):

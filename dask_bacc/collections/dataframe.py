@@ -253,7 +253,9 @@ def numeric_values(
     return values
 
 
-def _refuse_lossy_cast(obj: Frame, pairs: list[tuple[Any, Any]], dtype: np.dtype, what: str) -> None:
+def _refuse_lossy_cast(
+    obj: Frame, pairs: list[tuple[Any, Any]], dtype: np.dtype, what: str
+) -> None:
     """Refuse a column whose values ``dtype`` (the coded dtype, from the collection's
     meta) cannot hold: a partition whose real dtypes differ from its meta (NaN or
     fractions in a column the meta types int64), before the cast changes them. An

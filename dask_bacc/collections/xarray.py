@@ -812,9 +812,7 @@ def _flat_block(
         if found is not None:
             name = names[k] if k < len(names) else k
             where = "the data" if name is None else f"variable {name!r}"
-            raise InvalidInput(
-                undeclared_values_message(where, found, np.asarray(a).dtype, dtype)
-            )
+            raise InvalidInput(undeclared_values_message(where, found, np.asarray(a).dtype, dtype))
     rows = np.shape(arrays[0])[axes[0]]
     widths = [int(np.size(a)) // rows if rows else 0 for a in arrays]
     out = np.empty((rows, sum(widths)), dtype=dtype)
