@@ -129,3 +129,37 @@ async def test_xarray_values_its_template_cannot_hold_are_refused(c, s, *w, code
     assert "declares it int64" in error[1]
     exact = await c.compute(dask_bacc.coded(y, code="repetition"))
     xr.testing.assert_identical(exact, await c.compute(y))
+
+
+# -- item 3: xr.map_blocks' checks on f's result --------------------------------------------
+def _field():
+    return xr.DataArray(
+        np.arange(40.0).reshape(20, 2),
+        dims=("t", "y"),
+        coords={"t": np.arange(20), "y": [10, 20]},
+        name="v",
+    ).chunk(t=5)
+
+
+XARRAY_CHECKS = {
+    "unexpected coordinate": lambda a: xr.map_blocks(
+        lambda o: o.assign_coords(c=10), a, template=a
+    ),
+    "missing coordinate": lambda a: xr.map_blocks(lambda o: o.drop_vars("y"), a, template=a),
+    "unexpected data variable": lambda a: xr.map_blocks(
+        lambda o: o.assign(w=o.v * 2), a.to_dataset(), template=a.to_dataset()
+    ),
+    "missing dimension": lambda a: xr.map_blocks(lambda o: o.isel(y=0), a, template=a),
+}
+
+
+@pytest.mark.parametrize("code", MIXING)
+@pytest.mark.parametrize("case", sorted(XARRAY_CHECKS))
+@gen_cluster(client=True, nthreads=SIX)
+async def test_xarray_map_blocks_checks_raise_as_plain_xarray(c, s, *w, code, case):
+    """Before: the coded output took the template's layout and returned without error
+    where plain ``xr.map_blocks`` raises; now the same ValueError, with xarray's message."""
+    y = XARRAY_CHECKS[case](_field())
+    plain = await error_of(c, y)
+    assert plain is not None and plain[0] is ValueError, plain
+    assert await error_of(c, dask_bacc.coded(y, code=code)) == plain

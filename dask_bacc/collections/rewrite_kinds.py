@@ -59,9 +59,13 @@ FrameTarget: TypeAlias = "tuple[pd.DataFrame | pd.Series[Any], bool]"
 #: ``xr.map_blocks``' lazy variables: each one's (shape, dtype, "data" or "coord");
 #: ``None`` names a DataArray's own data
 XarrayVariables: TypeAlias = dict[Hashable, tuple[tuple[int, ...], np.dtype[Any], str]]
-#: ``xr.map_blocks``' target: its lazy variables, and the template's index coordinates
-#: along other dimensions than the mapped one (which each block's result must have)
-XarrayTarget: TypeAlias = tuple[XarrayVariables, "dict[Hashable, pd.Index]"]
+#: ``xr.map_blocks``' target: its lazy variables, the template's index coordinates along
+#: other dimensions than the mapped one (which each block's result must have), and the
+#: names of the template's coordinates and dimensions (which xarray checks each block's
+#: result against)
+XarrayTarget: TypeAlias = tuple[
+    XarrayVariables, "dict[Hashable, pd.Index]", frozenset[Hashable], frozenset[Hashable]
+]
 
 
 class RewriteKind(ABC, Generic[TargetT]):
@@ -397,7 +401,7 @@ class XarrayMapBlocksRewrite(RewriteKind[XarrayTarget]):
             for name, index in y.indexes.items()
             if call.dim not in y[name].dims and name not in variables
         }
-        return variables, indexes
+        return variables, indexes, frozenset(y.coords), frozenset(y.dims)
 
     def submit_options(self, call: MapCall) -> dict[str, Any]:
         return {"combine": "auto", **self.submit_labels(call)}
@@ -502,7 +506,11 @@ def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any
     """
     import xarray as xr
 
-    variables, indexes = target
+    variables, indexes, coords, dims = target
+    # xarray's own checks and messages, in its order (xarray.core.parallel._wrapper)
+    missing_dims = set(dims) - set(out.dims)
+    if missing_dims:
+        raise ValueError(f"Dimensions {missing_dims} missing on returned object.")
     for name, index in indexes.items():
         got = out.indexes.get(name)
         if got is not None and not got.equals(index):
@@ -511,6 +519,7 @@ def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any
                 f"xr.map_blocks' template ({list(got[:5])} vs {list(index[:5])}; plain "
                 "xarray raises here too): fix template= or f"
             )
+    _same_names("coordinate", set(out.coords), set(coords))
     expect_array = None in variables
     if isinstance(out, xr.DataArray) != expect_array:
         raise RewriteError(
@@ -520,13 +529,7 @@ def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any
         )
     if not expect_array:
         want = {n for n, (_, _, kind) in variables.items() if kind == "data"}
-        got = set(out.data_vars)
-        if not want <= got or got - want - set(variables):
-            raise RewriteError(
-                f"f's output has data variables {sorted(map(str, got))}, but xr.map_blocks' "
-                f"template has {sorted(map(str, want))} (plain xarray raises here too): fix "
-                "template= or f"
-            )
+        _same_names("data", set(out.data_vars), want, allowed=set(variables))
     values = {}
     for name, (shape, dtype, _) in variables.items():
         if name is None:
@@ -543,6 +546,21 @@ def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any
         what = "the output" if name is None else f"variable {name!r}"
         values[name] = _cast(var.values, dtype, what)
     return values
+
+
+def _same_names(what: str, got: set[Any], want: set[Any], allowed: set[Any] = frozenset()) -> None:
+    """Raise ``xr.map_blocks``' own ``ValueError`` (its message) when a result's
+    ``what`` ("coordinate" or "data") variables are not the template's: ``want`` all
+    present, none beyond them but ``allowed``."""
+    if want - got:
+        raise ValueError(
+            f"Result from applying user function does not contain {what} variables {want - got}."
+        )
+    extra = got - want - set(allowed)
+    if extra:
+        raise ValueError(
+            f"Result from applying user function has unexpected {what} variables {extra}."
+        )
 
 
 def _cast(values: Any, dtype: np.dtype[Any], what: str) -> NDArray[Any]:
