@@ -163,3 +163,44 @@ async def test_xarray_map_blocks_checks_raise_as_plain_xarray(c, s, *w, code, ca
     plain = await error_of(c, y)
     assert plain is not None and plain[0] is ValueError, plain
     assert await error_of(c, dask_bacc.coded(y, code=code)) == plain
+
+
+# -- item 4: each refusal names its real cause, and its advice runs --------------------------
+@gen_cluster(client=True, nthreads=SIX)
+async def test_a_new_axis_in_front_of_the_rows_is_refused_by_name_and_the_advice_runs(c, s, *w):
+    """Before: ``b[None]`` / ``new_axis=0`` on an array chunked along axis 0 only was
+    refused as "chunked along axes other than 0", and the rechunk it advised changed
+    nothing."""
+    import dask.array as da
+
+    from dask_bacc import RewriteError
+
+    x = da.from_array(np.arange(32.0).reshape(8, 4), chunks=(2, 4))
+    for y in (
+        x.map_blocks(lambda b: b[None], new_axis=0, dtype=float),
+        da.map_blocks(lambda b: b[None], x, chunks=((1,), *x.chunks), dtype=float),
+    ):
+        with pytest.raises(RewriteError, match=r"blocks along axis 1.*new_axis=0") as err:
+            dask_bacc.coded(y, code="bspline")
+        assert "other than 0" not in str(err.value)
+        # the advice: the new axis after the rows, moved after coding
+        z = dask_bacc.coded(x.map_blocks(lambda b: b[:, None], new_axis=1), code="bspline")
+        got = await c.compute(da.moveaxis(z, 1, 0))
+        want = await c.compute(y)
+        assert got.shape == want.shape
+        await assert_within_estimate(c, z, np.moveaxis(got, 0, 1), np.moveaxis(want, 0, 1))
+
+
+@gen_cluster(client=True, nthreads=SIX)
+async def test_a_scalar_per_block_is_refused_by_name_and_the_advice_runs(c, s, *w):
+    """Before: the refusal named ``combine=``, which ``coded()`` does not take."""
+    import dask.array as da
+
+    x = da.from_array(np.arange(32.0).reshape(8, 4), chunks=(2, 4))
+    y = x.map_blocks(lambda b: b.sum(), chunks=((1,) * 4, (1,)), dtype=float)
+    error = await error_of(c, dask_bacc.coded(y, code="bspline"))
+    assert error is not None and "0-d scalar per block" in error[1], error
+    assert "keepdims=True" in error[1]
+    fixed = x.map_blocks(lambda b: b.sum(keepdims=True), chunks=((1,) * 4, (1,)), dtype=float)
+    z = dask_bacc.coded(fixed, code="bspline")
+    await assert_within_estimate(c, z, await c.compute(z), await c.compute(fixed))

@@ -147,7 +147,12 @@ def combine_rule(combine: str, out_shape: tuple[int, ...], block_rows: int | Non
         raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     if combine != "auto":
         if combine == "concat" and len(out_shape) == 0:
-            raise ValueError("combine='concat' needs f to return arrays with at least 1 dimension")
+            raise ValueError(
+                "f returns a 0-d scalar per block, which cannot be joined along axis 0 "
+                "(combine='concat'; coded() joins the blocks of x.map_blocks so): return "
+                "it with the block's dimensions, as the map's chunks declare (e.g. "
+                "b.sum(keepdims=True)); map_coded also takes combine='stack'"
+            )
         return combine
     if block_rows is not None and len(out_shape) >= 1 and out_shape[0] == block_rows:
         return "concat"

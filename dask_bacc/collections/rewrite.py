@@ -207,10 +207,20 @@ def _map_blocks_call(x: Any) -> MapCall:
             "are plain arrays, so f would not see a mask (or any other array type); run it "
             "with plain Dask: y.compute()"
         )
-    if any(len(c) > 1 for c in chunks[1:]) or any(len(c) > 1 for c in x.chunks[1:]):
+    if any(len(c) > 1 for c in chunks[1:]):
         raise RewriteError(
             f"the map is chunked along axes other than 0 (input chunks {chunks}); coded "
             "blocks are rows: rechunk to one chunk along the other axes before mapping"
+        )
+    if any(len(c) > 1 for c in x.chunks[1:]):
+        # the input is blocked along axis 0 only, so f's output puts its blocks elsewhere
+        axis = next(i for i, c in enumerate(x.chunks) if len(c) > 1)
+        raise RewriteError(
+            f"the map's output has its blocks along axis {axis} (output chunks "
+            f"{x.chunks}, input chunks {chunks}): f adds an axis in front of the rows "
+            "(new_axis=0, b[None]) or moves them, and a coded map decodes blocks along "
+            "axis 0. Add the new axis after the rows (x.map_blocks(lambda b: b[:, None], "
+            "new_axis=1)) and move it after coding (da.moveaxis(coded(y), 1, 0))"
         )
     calls = [_task_call(graph, layer[key]) for key in sorted(k for k in layer)]
     func, args, kwargs, _ = calls[0]
