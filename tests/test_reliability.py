@@ -237,7 +237,7 @@ async def test_a_value_dependent_output_shape_is_an_error_not_a_silent_answer(c,
     data = np.random.default_rng(2).standard_normal((400, 3))
     for limit in ("256 MiB", 0):  # client decode, cluster decode
         with dask.config.set({"bacc.client-decode-limit": limit}):
-            with pytest.raises(ValueError, match="output shape depends on the values"):
+            with pytest.raises(ValueError, match=r"output (shape|length) depends on the values"):
                 await dask_bacc.map_coded(positives, data, n_blocks=4, code=code, client=c)
     await assert_no_bacc_tasks(s)
 

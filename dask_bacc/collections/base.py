@@ -194,6 +194,13 @@ class Blocks:
         self.block_shape = tuple(int(s) for s in block_shape)
         self.dtype = np.dtype(dtype)
 
+    def length_unproven(self, out_shape: tuple[int, ...]) -> bool:
+        """Whether f's output of ``out_shape`` per block may have a length that depends on
+        the values, which nothing about the map fixes (then a job that mixes blocks checks
+        it on real data). No, by default: an array map declares its chunks, an xarray
+        template its sizes."""
+        return False
+
     @property
     def block_rows(self) -> int | None:
         return self.block_shape[0] if self.block_shape else None

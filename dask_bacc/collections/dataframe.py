@@ -876,6 +876,12 @@ class _FrameBlocks(Blocks):
             )
         return keeps and combine != "stack"
 
+    def length_unproven(self, out_shape: tuple[int, ...]) -> bool:
+        """A DataFrame map that does not keep its block's rows and returns rows of its
+        own (a reduction such as ``df.sum()``, or a filter, a merge, ``drop_duplicates``,
+        whose length depends on the values): pandas' meta says nothing of the length."""
+        return len(out_shape) >= 1 and out_shape[0] != self.block_rows
+
     def _check_reduction(self, out_rows: int | None) -> None:
         """A reduction over padded blocks would count the padding: refuse unequal blocks.
 

@@ -296,6 +296,7 @@ class DecodingJob(JudgingJob):
         """
         self._shapes.update((i, spec[0]) for i, spec in zip(used, specs, strict=True))
         seen = sorted(self._shapes)
+        self._refuse_value_dependent_length()
         expected, bad = majority([self._shapes[i] for i in seen])
         if len(bad) >= 2:
             shapes = sorted({self._shapes[seen[p]] for p in bad})
@@ -315,6 +316,63 @@ class DecodingJob(JudgingJob):
                 f"{expected} of the other results",
             )
         return bool(odd)
+
+    def _refuse_value_dependent_length(
+        self,
+        real: dict[int, tuple[int, ...]] | None = None,
+        decoded: tuple[int, ...] | None = None,
+    ) -> None:
+        """Fail the job when f's output shape on a block's own data differs from its shape
+        on the shares that mix blocks (``real``: f's output shape on real blocks, by
+        block, when a probe found it; else the results of shares of real data seen;
+        ``decoded``: the shape the mixed shares decoded to).
+
+        f's output length then depends on the values (a row filter, ``drop_duplicates``,
+        a merge): a mix of blocks shows no such length, and every mixed share may agree
+        on a wrong one (a merge that matches nothing in a float mixture returns 0 rows
+        on every share). One such result is f's own answer on real data, not a faulty
+        worker's: it is not erased."""
+        if not self.mixes:
+            return
+        mixed = {s for i, s in self._shapes.items() if i not in self._data_rows}
+        if decoded is not None:
+            mixed.add(decoded)
+        if real is None:
+            real = {self._data_rows[i]: s for i, s in self._shapes.items() if i in self._data_rows}
+        odd = {b: s for b, s in real.items() if any(s != m for m in mixed)}
+        if not odd:
+            return
+        block, shape = min(odd.items())
+        raise ValueError(
+            f"func's output length depends on the values in its block: on block {block}'s "
+            f"own data it has shape {shape}, on shares that mix blocks "
+            f"{sorted(mixed)[:3]} (coded job {self.token}). A code that mixes blocks decodes "
+            "f from mixtures of rows, which keep no row filter, drop_duplicates or merge "
+            "of the real rows. Use an exact code that copies blocks (code='repetition', "
+            "'hedged' or 'speculative'), which runs f on the blocks as plain Dask does."
+        )
+
+    async def _check_length_on_real_data(self, shape: tuple[int, ...]) -> None:
+        """Before decoding an output whose length per block nothing fixes (a reduction of
+        a DataFrame: :meth:`Blocks.length_unproven`), make sure f gives that length on real
+        data: from a result of a share of real data, else by running f on block 0 (one
+        task, on the cluster). Otherwise the decode would be of a filter's mixtures."""
+        if not self.mixes or not self.blocks.length_unproven(shape):
+            return
+        if any(i in self._data_rows for i in self._shapes):
+            return  # _reject compared them
+        if self._chunks:
+            block: Any = self._chunks[0]
+        else:
+            block = self.blocks.stacked()[0]
+        probe = self.client.submit(
+            self.func, block, *self.args, key=keys.probe_key(self.token), **self.kwargs
+        )
+        try:
+            out = await probe
+        finally:
+            probe.release()
+        self._refuse_value_dependent_length({0: tuple(np.shape(out))}, shape)
 
     def _refuse_rounding(self, top: int | None) -> None:
         """An exact code's decode mixed f's integer results beyond 2**53 (up to ``top``)
@@ -355,6 +413,7 @@ class DecodingJob(JudgingJob):
             decoded = self.transform.inverse(decoded)
         out_dtype = self._out_dtype(dtype, cols is not None)
         values = list(decoded.astype(out_dtype, copy=False))
+        await self._check_length_on_real_data(shape)
         return self.blocks.assemble(values, shape, out_dtype, self.combine)
 
     async def _decode_on_cluster(self, used: list[int]) -> Any:
@@ -403,6 +462,7 @@ class DecodingJob(JudgingJob):
         self.quality.add_sketches(used, info.get("sketches"))
         self.quality.residual = info.get("residual")
         shape, dtype = tuple(info["shape"]), info["dtype"]
+        await self._check_length_on_real_data(shape)
         out_dtype = self._out_dtype(dtype, picks(D) is not None and self.transform is None)
         if self.blocks.gather_output:
             values = await self._gather_from(blocks, near[0])

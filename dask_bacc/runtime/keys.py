@@ -39,7 +39,8 @@ FAILURE_TYPE = "dask_bacc.runtime.worker.EvalFailure"
 #: dtypes and sketches; encode: a share kept by ``CodedData``; sketch: a result's sketch
 #: (adaptive or robust jobs on the cluster); args: func's large arguments; chunk: an
 #: in-memory block shipped to the cluster; driver: the task running a rewritten collection;
-#: primary, copy: the two copies of block i of an exact redundant layer (``runtime.redundant``)
+#: primary, copy: the two copies of block i of an exact redundant layer (``runtime.redundant``);
+#: probe: f on a real block, to check the length of an output nothing fixes
 KINDS = (
     "eval",
     "backup",
@@ -53,6 +54,7 @@ KINDS = (
     "driver",
     "primary",
     "copy",
+    "probe",
 )
 _KEY = re.compile(r"^bacc-(" + "|".join(KINDS) + r")-([0-9a-f]{32})(?:-r(\d+))?$")
 
@@ -128,6 +130,10 @@ def args_key(token: str) -> str:
 
 def driver_key(token: str) -> str:
     return _name("driver", token)
+
+
+def probe_key(token: str) -> str:
+    return _name("probe", token)
 
 
 def parse(key: object) -> ParsedKey | None:
