@@ -242,3 +242,83 @@ async def test_a_reduction_of_fixed_length_still_decodes(c, s, *w, code):
     y = ddf.map_partitions(lambda d: d.sum())
     z = dask_bacc.coded(y, code=code)
     await assert_within_estimate(c, z, await c.compute(z), await c.compute(y))
+
+
+@gen_cluster(client=True, nthreads=SIX)
+async def test_refusals_of_maps_with_no_input_or_several_outputs_name_them(c, s, *w):
+    """Found by benchmarks/upstream_cases.py under every code that mixes blocks: a map
+    without an array argument was refused with an internal ``KeyError``, and one output
+    of a several-output ``apply_gufunc`` as "a MaterializedLayer layer". Each advice runs."""
+    import dask.array as da
+
+    from dask_bacc import RewriteError
+
+    no_input = da.map_blocks(lambda: np.ones((2, 4)), chunks=((2,) * 4, (4,)), dtype=float)
+    for made in (no_input, da.ones((8, 4), chunks=(2, 4))):
+        with pytest.raises(RewriteError, match=r"no chunked input array.*da.ones") as err:
+            dask_bacc.coded(made, code="bspline")
+        assert "KeyError" not in str(err.value)
+    # the advice: code the map that reads the blocks
+    ones = da.ones((8, 4), chunks=(2, 4))
+    z = dask_bacc.coded(ones.map_blocks(lambda b: b * 2), code="bspline")
+    await assert_within_estimate(c, z, await c.compute(z), await c.compute(ones * 2))
+
+    a = da.from_array(np.arange(16.0).reshape(8, 2), chunks=(2, 2))
+    _, largest = da.apply_gufunc(
+        lambda x: (x.sum(-1), x.max(-1)), "(i)->(),()", a, output_dtypes=(float, float)
+    )
+    with pytest.raises(RewriteError, match=r"takes output 1 of the map .* several arrays"):
+        dask_bacc.coded(largest, code="bspline")
+    alone = da.apply_gufunc(lambda x: x.max(-1), "(i)->()", a, output_dtypes=float)
+    z = dask_bacc.coded(alone, code="bspline")
+    await assert_within_estimate(c, z, await c.compute(z), await c.compute(largest))
+
+
+@gen_cluster(client=True, nthreads=SIX)
+async def test_a_frame_refusal_names_the_operation_not_a_dask_expr_class(c, s, *w):
+    pdf, ddf = _sevens()
+    other = dd.from_pandas(pdf * 2, npartitions=2)
+    y = dd.map_overlap(lambda a, b: a + b, ddf, 1, 1, other, align_dataframes=True)
+    from dask_bacc import RewriteError
+
+    with pytest.raises(RewriteError, match=r"dd.map_overlap over several DataFrames"):
+        dask_bacc.coded(y, code="bspline")
+    # the advice: an exact code, equal to plain Dask
+    got = await c.compute(dask_bacc.coded(y, code="repetition"))
+    pd.testing.assert_frame_equal(got, await c.compute(y))
+
+
+@gen_cluster(client=True, nthreads=SIX)
+async def test_a_filter_is_refused_when_the_shares_of_real_data_come_first(c, s, *w):
+    """The verdict does not depend on the arrival order: with the mixed shares held, the
+    shares of real data arrive first and decode exactly, and the job still compares a
+    mixed share's length (when it lands) and refuses the filter."""
+    import asyncio
+
+    from cluster_helpers import until
+
+    from dask_bacc.codes import get_code
+    from dask_bacc.testing import gate_stragglers
+
+    _, ddf = _sevens()
+    real = get_code("systematic-spline", 4, 6).data_rows()
+    mixed = [i for i in range(6) if i not in real]
+    gate = await gate_stragglers(indices=mixed, client=c)
+    try:
+        job = asyncio.ensure_future(
+            dask_bacc.map_coded(
+                lambda d: d[d.x.isin([1, 2])], ddf, code="systematic-spline", n_coded=6, client=c
+            )
+        )
+
+        def real_done():
+            done = [k for k, t in s.tasks.items() if "bacc-eval" in str(k) and t.state == "memory"]
+            return len(done) >= len(real)
+
+        await until(real_done, "the shares of real data")
+        assert not job.done()  # waiting for a mixed share's length
+        await gate.release()
+        with pytest.raises(ValueError, match="length depends on the values"):
+            await job
+    finally:
+        await gate.clear()

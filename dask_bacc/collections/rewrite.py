@@ -156,8 +156,9 @@ def find_map(collection: Any) -> MapCall:
         return MapCall(APPLY_UFUNC, call.func, call.data, call.args, call.kwargs, collection)
     if isinstance(collection, xr.Dataset):
         raise RewriteError(
-            "cannot rewrite this Dataset: its final operation is not xr.map_blocks (each "
-            "data variable of an apply_ufunc result is its own graph); call "
+            "cannot rewrite this Dataset: its final operation is not xr.map_blocks (a "
+            "Dataset from arithmetic, apply_ufunc, full_like or a constructor has one "
+            "graph per data variable, and no map over chunks to code); call "
             "dask_bacc.map_coded(f, ds, dim=...) instead"
         )
     if isinstance(collection, da.Array):
@@ -182,14 +183,28 @@ def _map_blocks_call(x: Any) -> MapCall:
     layer = graph.layers[name]
     _refuse_overlap(graph, name)
     if not isinstance(layer, Blockwise):
+        picked = _picked_output(graph, name)
+        if picked is not None:
+            raise RewriteError(
+                f"the array's final operation {name!r} takes output {picked[1]} of the map "
+                f"{picked[0]!r}, which returns several arrays per block (apply_gufunc, "
+                "xr.apply_ufunc with several outputs): a coded map decodes one array per "
+                "block. Map a function that returns that output alone"
+            )
         raise RewriteError(
             f"the array's final operation {name!r} is a {type(layer).__name__} layer, not a "
-            "map over blocks (x.map_blocks / da.blockwise); reductions, rechunks, slicing "
-            "and graphs fused by optimization cannot be rewritten"
+            "map over blocks (x.map_blocks / da.blockwise); reductions, rechunks, slicing, "
+            "concatenations and graphs fused by optimization cannot be rewritten"
         )
     _refuse_masked(x)
     # (dask allows a TaskRef name only for a broadcast input, whose index is None)
     inputs = sorted({n for n, ind in layer.indices if ind is not None and isinstance(n, str)})
+    if not any(n in graph.layers for n in inputs):  # only block_id/array creation deps
+        raise RewriteError(
+            f"the map {name!r} has no chunked input array: an array creation (da.ones, "
+            "da.full...) or da.map_blocks without array arguments makes its blocks itself, "
+            "so there are no blocks to code; code the map that reads them"
+        )
     if len(inputs) != 1:
         raise RewriteError(
             f"the map {name!r} has {len(inputs)} chunked inputs ({', '.join(inputs) or 'none'}); "
@@ -217,10 +232,12 @@ def _map_blocks_call(x: Any) -> MapCall:
         axis = next(i for i, c in enumerate(x.chunks) if len(c) > 1)
         raise RewriteError(
             f"the map's output has its blocks along axis {axis} (output chunks "
-            f"{x.chunks}, input chunks {chunks}): f adds an axis in front of the rows "
-            "(new_axis=0, b[None]) or moves them, and a coded map decodes blocks along "
-            "axis 0. Add the new axis after the rows (x.map_blocks(lambda b: b[:, None], "
-            "new_axis=1)) and move it after coding (da.moveaxis(coded(y), 1, 0))"
+            f"{x.chunks}, input chunks {chunks}): the final operation moves the axis its "
+            "input is blocked along (new_axis=0, b[None], a transpose, apply_gufunc(..., "
+            "axis=...)), and a coded map decodes blocks along axis 0. Code a map that "
+            "keeps them along axis 0 and move the axis after coding (for a new axis: "
+            "x.map_blocks(lambda b: b[:, None], new_axis=1), then "
+            "da.moveaxis(coded(y), 1, 0))"
         )
     calls = [_task_call(graph, layer[key]) for key in sorted(k for k in layer)]
     func, args, kwargs, _ = calls[0]
@@ -311,6 +328,35 @@ def _dependencies(graph: Any, obj: Any) -> dict[Any, Any]:
     return deps
 
 
+def _picked_output(graph: Any, name: str) -> tuple[str, int] | None:
+    """``(map, i)`` when layer ``name`` is ``getitem(block, i)`` of every block of one map
+    over blocks (how ``apply_gufunc`` splits the outputs of a function that returns
+    several), else None."""
+    import operator
+
+    from dask.blockwise import Blockwise
+
+    deps = graph.dependencies.get(name, set())
+    if len(deps) != 1:
+        return None
+    (dep,) = deps
+    if not isinstance(graph.layers[dep], Blockwise):
+        return None
+
+    def is_getitem(func: Any) -> bool:  # operator's, or dask's own of that name
+        return func is operator.getitem or getattr(func, "__name__", None) == "getitem"
+
+    picks = set()
+    for task in graph.layers[name].values():
+        if isinstance(task, tuple) and len(task) == 3 and is_getitem(task[0]):
+            picks.add(task[2])
+        elif is_getitem(getattr(task, "func", None)) and len(task.args) == 2:
+            picks.add(getattr(task.args[1], "value", task.args[1]))
+        else:
+            return None
+    return (dep, picks.pop()) if len(picks) == 1 else None
+
+
 def _skip_passthrough(graph: Any, name: str) -> str:
     """Step back over layers that only alias their input (what ``apply_ufunc`` adds: a
     getitem of its single output and an identity transpose)."""
@@ -353,6 +399,18 @@ def _concatenate_axes() -> Callable[..., Any]:
     return concatenate_axes
 
 
+def _only_chunk(node: Any) -> Any:
+    """The one chunk (a ``TaskRef``) of the nested list ``concatenate_axes`` joins, or
+    None when it joins several."""
+    from dask._task_spec import List
+
+    while isinstance(node, List):
+        if len(node.args) != 1:
+            return None
+        node = node.args[0]
+    return node
+
+
 def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
     """``(func, args, kwargs, input key)`` of one block's task, the block as first argument.
 
@@ -365,12 +423,16 @@ def _task_call(graph: Any, task: Any) -> tuple[Callable, tuple, dict, tuple]:
     first = task.args[0] if task.args else None
     if isinstance(first, Task) and first.func is _concatenate_axes():
         # what blockwise builds for an axis the map contracts (drop_axis=, or
-        # concatenate=True): f gets the chunks along it joined, not one chunk
-        raise RewriteError(
-            "the mapped function is called on the chunks along an axis it drops joined "
-            "together (map_blocks(..., drop_axis=...) or concatenate=True), not on one "
-            "chunk each"
-        )
+        # concatenate=True): f gets the chunks along it joined; one chunk joined is that
+        # chunk itself (the callers refuse an input chunked along the other axes)
+        chunk = _only_chunk(first.args[0])
+        if chunk is None:
+            raise RewriteError(
+                "the mapped function is called on several chunks along an axis it drops "
+                "joined together (map_blocks(..., drop_axis=...) or concatenate=True), not "
+                "on one chunk each: rechunk that axis to one chunk before the map"
+            )
+        task = Task(task.key, task.func, chunk, *task.args[1:], **task.kwargs)
     if not task.args or not isinstance(task.args[0], TaskRef):
         raise RewriteError(
             "the mapped function does not take the chunk as its first argument "
@@ -420,12 +482,23 @@ def _same(a: Any, b: Any) -> bool:
 def _map_partitions_call(obj: Any) -> MapCall:
     expr = _map_partitions_expr(obj)
     if expr is None:
+        kind = type(obj.expr).__name__
         raise RewriteError(
-            f"the DataFrame's final operation is {type(obj.expr).__name__}, not "
-            "map_partitions; only ddf.map_partitions(f, ...) can be rewritten"
+            f"the DataFrame's final operation is {_FRAME_OPERATIONS.get(kind, kind)} "
+            f"(dask-expr's {kind}), not map_partitions; only ddf.map_partitions(f, ...) "
+            "can be rewritten"
         )
     func, frame, args, kwargs = expr
     return MapCall(FRAME, func, frame, args, kwargs, obj)
+
+
+#: what a user wrote to get these final dask-expr expressions (named in refusals)
+_FRAME_OPERATIONS = {
+    "MapOverlapAlign": "dd.map_overlap over several DataFrames (each partition reads rows of "
+    "its neighbours, which a coded partition does not have)",
+    "FromGraph": "a DataFrame made from another collection's graph (e.g. an array's "
+    "x.map_blocks(pd.Series), dd.from_delayed or a persisted collection)",
+}
 
 
 def _map_partitions_expr(obj: Any) -> tuple[Callable, Any, tuple, dict] | None:

@@ -44,6 +44,7 @@ from .worker import (
     mixed_beyond_float64,
     picked_dtype,
     picks,
+    result_shape,
     spec_of,
     stack_decode_task,
 )
@@ -352,15 +353,24 @@ class DecodingJob(JudgingJob):
             "'hedged' or 'speculative'), which runs f on the blocks as plain Dask does."
         )
 
-    async def _check_length_on_real_data(self, shape: tuple[int, ...]) -> None:
+    async def _check_length_on_real_data(self, shape: tuple[int, ...], used: list[int]) -> None:
         """Before decoding an output whose length per block nothing fixes (a reduction of
-        a DataFrame: :meth:`Blocks.length_unproven`), make sure f gives that length on real
-        data: from a result of a share of real data, else by running f on block 0 (one
-        task, on the cluster). Otherwise the decode would be of a filter's mixtures."""
+        a DataFrame: :meth:`Blocks.length_unproven`) from the results ``used`` (of that
+        ``shape``), make sure f gives that length both on real data and on mixed shares,
+        whatever arrived first: decoded from mixed shares alone, f runs on block 0 (one
+        task); from shares of real data alone, the first mixed share to finish is
+        compared (no compute of its own). Otherwise a filter's mixtures, or a filter's
+        real blocks, would decode."""
         if not self.mixes or not self.blocks.length_unproven(shape):
             return
-        if any(i in self._data_rows for i in self._shapes):
-            return  # _reject compared them
+        real = [i for i in used if i in self._data_rows]
+        if real and len(real) < len(used):
+            return  # both kinds, of one shape (else _reject refused them)
+        if real:
+            mixed = await self._first_mixed_shape()
+            if mixed is not None:
+                self._refuse_value_dependent_length({self._data_rows[real[0]]: shape}, mixed)
+            return
         if self._chunks:
             block: Any = self._chunks[0]
         else:
@@ -373,6 +383,23 @@ class DecodingJob(JudgingJob):
         finally:
             probe.release()
         self._refuse_value_dependent_length({0: tuple(np.shape(out))}, shape)
+
+    async def _first_mixed_shape(self) -> tuple[int, ...] | None:
+        """The shape of the first result of a share that mixes blocks to finish, or None
+        when none gives one (they failed, or were cancelled)."""
+        from distributed import wait
+
+        pending = [f for i, f in self._evals.items() if i not in self._data_rows]
+        while pending:
+            done, _ = await wait(pending, return_when="FIRST_COMPLETED")
+            for fut in done:
+                pending.remove(fut)
+                if fut.status != "finished":
+                    continue
+                shape = await self.client.submit(result_shape, fut, pure=False)
+                if shape is not None:
+                    return tuple(shape)
+        return None
 
     def _refuse_rounding(self, top: int | None) -> None:
         """An exact code's decode mixed f's integer results beyond 2**53 (up to ``top``)
@@ -413,7 +440,7 @@ class DecodingJob(JudgingJob):
             decoded = self.transform.inverse(decoded)
         out_dtype = self._out_dtype(dtype, cols is not None)
         values = list(decoded.astype(out_dtype, copy=False))
-        await self._check_length_on_real_data(shape)
+        await self._check_length_on_real_data(shape, used)
         return self.blocks.assemble(values, shape, out_dtype, self.combine)
 
     async def _decode_on_cluster(self, used: list[int]) -> Any:
@@ -462,7 +489,7 @@ class DecodingJob(JudgingJob):
         self.quality.add_sketches(used, info.get("sketches"))
         self.quality.residual = info.get("residual")
         shape, dtype = tuple(info["shape"]), info["dtype"]
-        await self._check_length_on_real_data(shape)
+        await self._check_length_on_real_data(shape, used)
         out_dtype = self._out_dtype(dtype, picks(D) is not None and self.transform is None)
         if self.blocks.gather_output:
             values = await self._gather_from(blocks, near[0])

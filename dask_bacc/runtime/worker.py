@@ -675,6 +675,14 @@ def check_result(out: object, finite: bool = True) -> NDArray[Any]:
     return arr
 
 
+def result_shape(result: object) -> tuple[int, ...] | None:
+    """The shape of an eval's result, None for a failure (a small task: the result stays
+    on its worker)."""
+    if result is None or isinstance(result, EvalFailure):
+        return None
+    return tuple(np.shape(result))
+
+
 def spec_of(result: ArrayLike) -> ResultSpec:
     """``(shape, dtype.str)`` of a result."""
     arr = np.asarray(result)
