@@ -194,11 +194,15 @@ class Blocks:
         self.block_shape = tuple(int(s) for s in block_shape)
         self.dtype = np.dtype(dtype)
 
+    #: f's output length may depend on the values and nothing about the map declares it
+    #: (pandas: a row filter, ``drop_duplicates``); a job that mixes blocks then checks
+    #: it on real data. Not for arrays (the map declares its chunks) nor xarray (the
+    #: template its sizes).
+    length_varies = False
+
     def length_unproven(self, out_shape: tuple[int, ...]) -> bool:
-        """Whether f's output of ``out_shape`` per block may have a length that depends on
-        the values, which nothing about the map fixes (then a job that mixes blocks checks
-        it on real data). No, by default: an array map declares its chunks, an xarray
-        template its sizes."""
+        """Whether f's output of ``out_shape`` per block does not keep the block's rows
+        and has rows of its own, whose number nothing fixes (with :attr:`length_varies`)."""
         return False
 
     @property

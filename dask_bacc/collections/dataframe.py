@@ -876,6 +876,8 @@ class _FrameBlocks(Blocks):
             )
         return keeps and combine != "stack"
 
+    length_varies = True
+
     def length_unproven(self, out_shape: tuple[int, ...]) -> bool:
         """A DataFrame map that does not keep its block's rows and returns rows of its
         own (a reduction such as ``df.sum()``, or a filter, a merge, ``drop_duplicates``,

@@ -107,6 +107,7 @@ class DecodingJob(JudgingJob):
     _stage: list[Future[Any]]
     _round: int
     _shapes: dict[int, tuple[int, ...]]
+    _probe: Future[Any] | None
     _plain: list[int] | None
     _quantiles: asyncio.Future[Any] | None
 
@@ -354,35 +355,38 @@ class DecodingJob(JudgingJob):
         )
 
     async def _check_length_on_real_data(self, shape: tuple[int, ...], used: list[int]) -> None:
-        """Before decoding an output whose length per block nothing fixes (a reduction of
-        a DataFrame: :meth:`Blocks.length_unproven`) from the results ``used`` (of that
-        ``shape``), make sure f gives that length both on real data and on mixed shares,
-        whatever arrived first: decoded from mixed shares alone, f runs on block 0 (one
-        task); from shares of real data alone, the first mixed share to finish is
-        compared (no compute of its own). Otherwise a filter's mixtures, or a filter's
-        real blocks, would decode."""
-        if not self.mixes or not self.blocks.length_unproven(shape):
+        """Before decoding, from the results ``used`` (of that ``shape``), an output whose
+        length may depend on the values (a DataFrame's: :attr:`Blocks.length_varies`),
+        make sure f gives that length on real data as on mixed shares, whatever arrived
+        first. Decoded from mixed shares alone: f on block 0 (:meth:`_probe_block`, one
+        task) must give it too, or a filter that every mixture passes whole or drops
+        whole would decode. From shares of real data alone, an output that does not keep
+        the block's rows (:meth:`Blocks.length_unproven`) is compared with the first mixed
+        share to finish (no compute of its own)."""
+        if not self.mixes or not self.blocks.length_varies or not shape:
             return
         real = [i for i in used if i in self._data_rows]
         if real and len(real) < len(used):
             return  # both kinds, of one shape (else _reject refused them)
         if real:
-            mixed = await self._first_mixed_shape()
-            if mixed is not None:
-                self._refuse_value_dependent_length({self._data_rows[real[0]]: shape}, mixed)
+            if self.blocks.length_unproven(shape):
+                mixed = await self._first_mixed_shape()
+                if mixed is not None:
+                    self._refuse_value_dependent_length({self._data_rows[real[0]]: shape}, mixed)
             return
-        if self._chunks:
-            block: Any = self._chunks[0]
-        else:
-            block = self.blocks.stacked()[0]
-        probe = self.client.submit(
-            self.func, block, *self.args, key=keys.probe_key(self.token), **self.kwargs
-        )
-        try:
-            out = await probe
-        finally:
-            probe.release()
+        probe = self._probe_block()
+        out = await probe
         self._refuse_value_dependent_length({0: tuple(np.shape(out))}, shape)
+
+    def _probe_block(self) -> Future[Any]:
+        """f on block 0 (the future of one task, started once per job): the length of f's
+        output on real data, for a job that may decode from mixed shares alone."""
+        if self._probe is None:
+            block: Any = self._chunks[0] if self._chunks else self.blocks.stacked()[0]
+            self._probe = self.client.submit(
+                self.func, block, *self.args, key=keys.probe_key(self.token), **self.kwargs
+            )
+        return self._probe
 
     async def _first_mixed_shape(self) -> tuple[int, ...] | None:
         """The shape of the first result of a share that mixes blocks to finish, or None

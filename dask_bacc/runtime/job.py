@@ -332,6 +332,9 @@ class CodedJob(DecodingJob):
         #: coded index -> the shape of its result, for every result a decode has seen: the
         #: shapes are judged over the whole job, not one decode attempt at a time
         self._shapes: dict[int, tuple[int, ...]] = {}
+        #: f on block 0, when the job needs its output length on real data
+        #: (``DecodingJob._probe_block``)
+        self._probe: Future[Any] | None = None
         self.domain_failure = False  # func is not defined on coded blocks (warned)
 
     def _repr_html_(self) -> str:
@@ -398,6 +401,10 @@ class CodedJob(DecodingJob):
         call = self._call_arg(tasks)
         tasks += await self.launch.initial(self, call)
         self._launch_graph(tasks)
+        if self.mixes and self.blocks.length_varies and not self._data_rows:
+            # no share of real data will tell f's output length there: f on block 0,
+            # beside the coded tasks, so that the decode need not wait for it
+            self._probe_block()
 
     async def _submit(self) -> None:
         await ensure_worker_plugin(self.client)
@@ -596,6 +603,7 @@ class CodedJob(DecodingJob):
         self._evals.clear()
         self._index_of.clear()
         self._chunks.clear()  # (the futures of ``sent``, too: the same list)
+        self._probe = None
         self._replaced = []
         self._values.clear()
         self._stage = []
