@@ -27,11 +27,25 @@ the true error, the share flagged unknown, the share honest, the worst ratio est
 true error and the share of cases with true error above ``bacc.warn-error`` (0.1) that
 the job warns about.
 
+``--held`` (issue 41) runs another grid instead: every systematic and local code
+(:data:`HELD_CODES`), K = 2, 3, 4, every N from K + 1 to 2K, each block's own task held in
+turn (its systematic share; for the plain local code the share nearest its data point,
+which reads it with the largest weight), decoded from every set a job with the default
+wait could decode from while that task is late: every set of ``wait-target`` to N - 1
+results without it (``at-target``: the wait's target; ``grace``: more results collected in
+its grace period; ``one-out``: all but the held one), ``--draws`` data draws each (16 by
+default here; random and smooth rows). A decode is *silent* when its true error exceeds
+both 2x the estimate and ``bacc.warn-error`` while the job does not warn (the estimate is
+a number at most ``bacc.warn-error``); a missing estimate warns. The target is 0 silent
+decodes in every cell.
+
 Usage::
 
     python benchmarks/small_k.py [--draws 4] [--random 40] [--out benchmarks/results/small_k]
     python benchmarks/small_k.py --estimate-rev 0874b27 --name before  # the estimator then
     python benchmarks/small_k.py --before-after benchmarks/results/small_k/{before,after}.json
+    python benchmarks/small_k.py --held [--draws 16] [--name grid]      # ~30 s on 2 cores
+    python benchmarks/small_k.py --before-after benchmarks/results/small_k/grid_{before,after}.json
 """
 
 from __future__ import annotations
@@ -91,6 +105,81 @@ def straggler_sets(
     for _ in range(n_random):
         size = int(rng.integers(lo, N))  # lo .. N-1
         yield "random", sorted(int(i) for i in rng.choice(N, size, replace=False))
+
+
+#: The systematic and local codes of the registry (``--held``): the three systematic
+#: variants and the local-support bspline, whose blocks each have a task of their own
+HELD_CODES = ("systematic-spline", "systematic-berrut", "systematic-bspline", "bspline")
+
+
+def own_share(code: Any, j: int) -> int:
+    """Block j's own task: its systematic share, or (a code without them) the share
+    whose point is nearest its data point (the one that reads it with the largest weight)."""
+    if getattr(code, "systematic_workers", None) is not None:
+        return int(code.systematic_workers[j])
+    return int(np.argmin(np.abs(code.worker_points - code.data_points[j])))
+
+
+def held_sets(name: str, K: int, N: int, held: int) -> Iterator[tuple[str, list[int]]]:
+    """The result sets a job with the default wait decodes from while task ``held`` is
+    late: every set of ``wait-target`` (its target) to N - 1 (grace collected all the
+    others) results without it that the code can decode from."""
+    code = get_code(name, K, N)
+    others = [i for i in range(N) if i != held]
+    lo = min(wait_target(name, K, N), N - 1)
+    for size in range(N - 1, lo - 1, -1):
+        label = "one-out" if size == N - 1 else "at-target" if size == lo else "grace"
+        for subset in itertools.combinations(others, size):
+            if code.can_decode(list(subset)):
+                yield label, list(subset)
+
+
+def silent(case: dict[str, Any], limit: float) -> bool:
+    """True error above both 2x the estimate and ``bacc.warn-error``, and no warning."""
+    est = case["estimate"]
+    return est is not None and est <= limit and case["true"] > max(2.0 * est, limit)
+
+
+def summarize_held(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    limit = float(config.get("warn-error"))
+    approx = [c for c in cases if not (c["true"] < EXACT_TOL and c["estimate"] == 0.0)]
+    numeric = [c for c in approx if c["estimate"] is not None]
+    ratios = [c["estimate"] / c["true"] for c in numeric if c["true"] > 0]
+    return {
+        "decodes": len(approx),
+        "silent": sum(silent(c, limit) for c in approx),
+        "below_half": sum(c["estimate"] < 0.5 * c["true"] for c in numeric),
+        "no_estimate": len(approx) - len(numeric),
+        "above_warn": sum(c["true"] > limit for c in approx),
+        "worst_ratio": min(ratios) if ratios else None,
+        "worst_silent_true": max((c["true"] for c in approx if silent(c, limit)), default=None),
+    }
+
+
+def run_held(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--held`` grid: per (code, K, N, held block), every set of :func:`held_sets`."""
+    rows, every = [], []
+    for c, name in enumerate(HELD_CODES):
+        for K in KS:
+            for N in range(K + 1, 2 * K + 1):
+                code = get_code(name, K, N)
+                for j in range(K):
+                    held = own_share(code, j)
+                    cases = []
+                    for s, (label, returned) in enumerate(held_sets(name, K, N, held)):
+                        for kind in KINDS:
+                            for d in range(args.draws):
+                                key = [args.seed, c, K, N, j, s, KINDS.index(kind), d]
+                                seed = int(np.random.default_rng(key).integers(2**63))
+                                case = run_case(name, K, N, kind, returned, seed)
+                                case.update(code=name, set=label, returned=returned, data=kind)
+                                cases.append(case)
+                    every += cases
+                    row = {"code": name, "K": K, "N": N, "block": j, "held": held}
+                    rows.append(row | {"summary": summarize_held(cases)})
+                    print(f"{name} K={K} N={N} block {j} (task {held}): {rows[-1]['summary']}")
+    by_code = {name: summarize_held([c for c in every if c["code"] == name]) for name in HELD_CODES}
+    return {"grid": "held", "rows": rows, "by_code": by_code, "total": summarize_held(every)}
 
 
 def run_case(name: str, K: int, N: int, kind: str, returned: list[int], seed: int) -> dict:
@@ -207,6 +296,80 @@ def before_after(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def markdown_held(result: dict[str, Any]) -> str:
+    lines = [
+        "| code | K | N | block | held task | decodes | silent | est < 0.5x true | no estimate "
+        "| true > 0.1 | worst ratio | worst silent true error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        s = row["summary"]
+        lines.append(
+            f"| {row['code']} | {row['K']} | {row['N']} | {row['block']} | {row['held']} | "
+            f"{s['decodes']} | {s['silent']} | {s['below_half']} | {s['no_estimate']} | "
+            f"{s['above_warn']} | {_f(s['worst_ratio'])} | {_f(s['worst_silent_true'])} |"
+        )
+    lines += ["", "By code:", "", *_held_by_code(result)]
+    return "\n".join(lines)
+
+
+def _held_by_code(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| code | decodes | silent | cells with a silent decode | est < 0.5x true "
+        "| no estimate | true > 0.1 | worst ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in [*result["by_code"].items(), ("all", result["total"])]:
+        cells = sum(
+            r["summary"]["silent"] > 0 for r in result["rows"] if name in ("all", r["code"])
+        )
+        lines.append(
+            f"| {name} | {s['decodes']} | {s['silent']} | {cells} | {s['below_half']} | "
+            f"{s['no_estimate']} | {s['above_warn']} | {_f(s['worst_ratio'])} |"
+        )
+    return lines
+
+
+def before_after_held(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The ``--held`` grids of two runs: silent decodes per code, and every cell that had
+    one before or after."""
+    lines = [
+        "| code | decodes | silent before | after | est < 0.5x before | after "
+        "| no estimate before | after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in [*after["by_code"], "all"]:
+        a = after["total"] if name == "all" else after["by_code"][name]
+        b = before["total"] if name == "all" else before["by_code"].get(name, {})
+        lines.append(
+            f"| {name} | {a['decodes']} | {b.get('silent', '-')} | {a['silent']} | "
+            f"{b.get('below_half', '-')} | {a['below_half']} | {b.get('no_estimate', '-')} | "
+            f"{a['no_estimate']} |"
+        )
+    lines += [
+        "",
+        "Cells with a silent decode before or after:",
+        "",
+        "| code | K | N | block | held task | decodes | silent before | after "
+        "| worst ratio before | after | no estimate before | after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    key = ("code", "K", "N", "block")
+    old = {tuple(r[k] for k in key): r["summary"] for r in before["rows"]}
+    for row in after["rows"]:
+        a = row["summary"]
+        b = old.get(tuple(row[k] for k in key), {})
+        if not (a["silent"] or b.get("silent")):
+            continue
+        lines.append(
+            f"| {row['code']} | {row['K']} | {row['N']} | {row['block']} | {row['held']} | "
+            f"{a['decodes']} | {b.get('silent', '-')} | {a['silent']} | "
+            f"{_f(b.get('worst_ratio'), 2)} | {_f(a['worst_ratio'], 2)} | "
+            f"{b.get('no_estimate', '-')} | {a['no_estimate']} |"
+        )
+    return "\n".join(lines)
+
+
 def use_estimator_from(rev: str) -> None:
     """Measure ``dask_bacc/codes/estimate.py`` as of git revision ``rev`` (the rest of the
     package as it is): the job's estimate path calls that module's ``estimate_error``."""
@@ -237,12 +400,20 @@ def use_estimator_from(rev: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--draws", type=int, default=4, help="data draws per straggler set")
+    p.add_argument(
+        "--draws", type=int, default=None, help="data draws per straggler set (4; --held: 16)"
+    )
     p.add_argument("--random", type=int, default=40, help="random straggler sets per cell")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/small_k"))
     p.add_argument("--name", default="small_k", help="output file stem")
     p.add_argument("--estimate-rev", help="measure codes/estimate.py as of this git revision")
+    p.add_argument(
+        "--held",
+        action="store_true",
+        help="the held-task grid (systematic and local codes, K <= 4, N = K+1..2K, each "
+        "block's own task held in turn) instead of the default one",
+    )
     p.add_argument(
         "--before-after",
         nargs=2,
@@ -253,11 +424,32 @@ def main() -> None:
     args = p.parse_args()
     if args.before_after:
         runs = [json.loads(path.read_text()) for path in args.before_after]
-        print(before_after(*runs))
+        held = [run.get("grid") == "held" for run in runs]
+        if any(held) and not all(held):
+            p.error("--before-after compares two runs of the same grid")
+        print(before_after_held(*runs) if all(held) else before_after(*runs))
         return
+    if args.draws is None:
+        args.draws = 16 if args.held else 4
     if args.estimate_rev:
         use_estimator_from(args.estimate_rev)
     start = time.perf_counter()
+    if args.held:
+        result = {"config": vars(args) | {"out": str(args.out)}} | run_held(args)
+        result["wall_seconds"] = time.perf_counter() - start
+        text = markdown_held(result)
+        print(text)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+        (args.out / f"{args.name}.md").write_text(
+            "# Small K, each block's own task held in turn (issue 41)\n\n"
+            f"`python benchmarks/small_k.py --held --draws {args.draws} --name {args.name}"
+            + (f" --estimate-rev {args.estimate_rev}" if args.estimate_rev else "")
+            + f"` ({result['wall_seconds']:.0f} s). *Silent*: true error above both 2x the "
+            "estimate and bacc.warn-error (0.1) with no warning (a numeric estimate at most "
+            "0.1); a missing estimate warns.\n\n" + text + "\n"
+        )
+        return
     rows, every = [], []
     by_set: dict[str, list[dict[str, Any]]] = {}
     n = 0

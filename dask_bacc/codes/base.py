@@ -289,6 +289,10 @@ class InterpolatingCode(Code):
     calibration_range: ClassVar[tuple[float, float]] = (1.0, 4.0)
     #: ``ErrorEstimate.method``: the embedded pair's companion (Floater-Hormann degree)
     estimate_method: ClassVar[str] = "embedded-fh3"
+    #: The companion's degree: through fewer than ``companion_degree + 1`` nodes it drops
+    #: to a lower one, and a leave-out test through so few nodes checks another pair than
+    #: the decode's (the error estimate does not count it, docs/accuracy.md "Small K")
+    companion_degree: ClassVar[int] = 3
 
     @property
     def interpolates(self) -> bool:

@@ -109,6 +109,7 @@ class BerrutCode(InterpolatingCode):
     name = "berrut"
     exact = False
     estimate_method = "embedded-fh1"
+    companion_degree = 1
 
     def __init__(self, K: int, N: int, systematic: bool = False):
         super().__init__(K, N)

@@ -140,6 +140,7 @@ class BSplineCode(InterpolatingCode):
     # calibration may scale it down as well as up
     calibration_range = (0.25, 4.0)
     estimate_method = "embedded-fh1"
+    companion_degree = 1
 
     def __init__(self, K: int, N: int, support: int = 4, systematic: bool = False):
         super().__init__(K, N)

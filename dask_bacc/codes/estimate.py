@@ -28,7 +28,12 @@ data points. It is estimated from the returned results alone, in five steps:
    ``MIN_CALIBRATION_POINTS`` informative points (3 results: the one interior point
    is predicted from two, where both interpolants are the same line) nothing checks the
    pair: the estimate is ``nan``, method ``"unreliable"``, and a job warns.
-4. **Wide gaps.** A data point in a gap of the returned points wider than the median
+4. **Balance and wide gaps.** A test checks the pair only through as many points as
+   the companion's degree needs (:func:`full_pair_nodes`: the spline codes' tests from
+   4 results, through 3 points, check a quadratic, not the cubic of the decode), and a
+   data point more evenly surrounded by returned points than a test (:func:`balance`) is
+   checked by the tests at least as balanced (their prediction bound; with none of them,
+   ``"unreliable"``). A data point in a gap of the returned points wider than the median
    leave-one-out test spans (adjacent stragglers, a straggler where points are sparse)
    is checked by the tests that open a gap at least as wide: single points, or runs of
    consecutive interior points, left out; its factor is at least the prediction bound of
@@ -326,21 +331,22 @@ def _loo_calibration(
     Y: FloatArray,
     out: Callable[[FloatArray], FloatArray],
     loo_points: int,
-) -> tuple[float, FloatArray, bool]:
+) -> tuple[float, FloatArray, bool, IntArray]:
     """The leave-one-out calibration at interior returned points.
 
-    Returns ``(factor, ratios, reproduced)``: ``factor`` is sqrt(sum true LOO error^2 /
-    sum embedded estimate^2) (with a transform: the median of the pointwise ratios),
-    clipped to the code's ``calibration_range``; ``ratios`` are the pointwise ratios true
-    / embedded at the informative points (those where the pair differs: a point predicted
-    from two others by two interpolants that are both linear there tells nothing);
-    ``reproduced`` says that every left-out point was predicted exactly (up to rounding:
-    e.g. a constant or linear function), itself evidence that the decode is exact.
+    Returns ``(factor, ratios, reproduced, balance)``: ``factor`` is sqrt(sum true LOO
+    error^2 / sum embedded estimate^2) (with a transform: the median of the pointwise
+    ratios), clipped to the code's ``calibration_range``; ``ratios`` are the pointwise
+    ratios true / embedded at the informative points (those where the pair differs: a
+    point predicted from two others by two interpolants that are both linear there tells
+    nothing); ``reproduced`` says that every left-out point was predicted exactly (up to
+    rounding: e.g. a constant or linear function), itself evidence that the decode is
+    exact; ``balance`` is each informative test's :func:`balance`.
     """
     M = z.size
     interior = np.arange(1, M - 1)
     if interior.size == 0:
-        return 1.0, np.zeros(0), False
+        return 1.0, np.zeros(0), False, np.zeros(0, dtype=int)
     if interior.size > loo_points:  # evenly spread subset: bounded cost for large N
         interior = interior[np.round(np.linspace(0, interior.size - 1, loo_points)).astype(int)]
     P0, P1 = loo_pair(code, z, np.arange(M), interior)
@@ -350,20 +356,60 @@ def _loo_calibration(
     scale = float(np.max(_norms(out(Y)), initial=0.0))
     tiny = INFORMATIVE * max(scale, 1e-300)
     informative = np.isfinite(t) & np.isfinite(e) & (e > tiny)
+    if M - 1 < full_pair_nodes(code, M):
+        # the companion through the M - 1 nodes a test keeps has a lower degree than
+        # through all M (the spline codes' degree 3 from 4 results: a quadratic against a
+        # cubic): the test checks another pair than the decode's, and says nothing about it
+        informative[:] = False
     ratios = t[informative] / e[informative]
     reproduced = bool(np.all(t <= tiny))
+    # the left-out point keeps ``l`` of the other points on one side, M - 1 - l on the other
+    balanced = balance(code, interior[informative], M - 1 - interior[informative])
     lo, hi = code.calibration_range
     if out is not _identity:
         # after an inverse map single points can overshoot by orders of magnitude: a
         # median of the pointwise ratios, not a ratio of sums they dominate
         if not ratios.size:
-            return 1.0, ratios, reproduced
-        return float(np.clip(np.median(ratios), lo, hi)), ratios, reproduced
+            return 1.0, ratios, reproduced, balanced
+        return float(np.clip(np.median(ratios), lo, hi)), ratios, reproduced, balanced
     true2 = float(np.sum(t**2))
     est2 = float(np.sum(e**2))
     if est2 <= 0.0:
-        return 1.0, ratios, reproduced
-    return float(np.clip(math.sqrt(true2 / est2), lo, hi)), ratios, reproduced
+        return 1.0, ratios, reproduced, balanced
+    return float(np.clip(math.sqrt(true2 / est2), lo, hi)), ratios, reproduced, balanced
+
+
+def full_pair_nodes(code: InterpolatingCode, M: int) -> int:
+    """Fewest nodes a leave-out test must keep to check the embedded pair of a decode from
+    ``M`` results: the companion's degree there plus one (Floater-Hormann of degree d
+    through n nodes has degree ``min(d, n - 1)``). A test through fewer nodes compares
+    another pair, whose ratio true error / pair's difference does not carry over: the
+    spline codes' pair from 4 results (natural spline against the cubic through them)
+    agrees to 3% of a decode's weights midway between the middle two results, while the
+    tests, through 3 (spline against the quadratic), gave a ratio true error / pair's
+    difference of 3.3 where the data point's was 31 (issue 41: K = 3, N = 5 with the middle
+    block's task late, an error of 0.6 estimated at 0.06). So the spline codes need 5
+    results for an estimate, Berrut's and the local code's (degree 1) 3."""
+    return min(int(code.companion_degree), M - 1) + 1
+
+
+def balance(code: InterpolatingCode, left: IntArray, right: IntArray) -> IntArray:
+    """How evenly a point is surrounded, as the embedded pair sees it: the returned points
+    on its sparser side, counted up to the companion's degree (a Floater-Hormann
+    interpolant of degree d blends the polynomials through d + 1 consecutive points;
+    beyond d points on each side, more change nothing near the point).
+
+    The spline codes' pair (a cubic spline against Floater-Hormann of degree 3) agrees
+    best where a point has 3 returned points on each side, and less well near the ends of
+    the returned range: a data point midway between 6 results (3 on each side) is more
+    balanced than any leave-one-out test (5 points left: 3 and 2 at best), and the tests'
+    ratios did not carry over to it: its estimate was below half the true error in 28-32%
+    of the decodes against 0-4% for the other data points (issue 41; K = 3-5, 6 of N =
+    7-12 results, random and smooth rows). Degree 1 (Berrut's codes, the local code):
+    every point between two returned ones has balance 1, the tests too.
+    """
+    d = int(code.companion_degree)
+    return np.minimum(np.minimum(np.asarray(left), np.asarray(right)), d)
 
 
 #: A leave-one-out point informs the calibration when the pair differs there by more than
@@ -445,6 +491,8 @@ def _run_ratios(
     after = np.searchsorted(pos, pos[first - 1] + width * (1 - 1e-9), side="left")
     after = np.maximum(after, first + 1)
     ok = after <= M - 1
+    # a run must leave enough nodes for the decode's pair (:func:`full_pair_nodes`)
+    ok &= M - (after - first) >= full_pair_nodes(code, M)
     runs = list(zip(first[ok].tolist(), (after[ok] - 1).tolist(), strict=True))
     if len(runs) > MAX_RUNS:
         runs = [runs[i] for i in np.round(np.linspace(0, len(runs) - 1, MAX_RUNS)).astype(int)]
@@ -532,16 +580,34 @@ def estimate_error(
         per_block = np.where(exact_rows, 0.0, math.nan)
         return ErrorEstimate(math.nan, per_block, "unknown", n_results=idx.size)
     embedded = _norms(out(code.companion(alpha, z) @ Y) - decoded)
-    calibration, ratios, reproduced = _loo_calibration(code, z, Y, out, loo_points)
+    calibration, ratios, reproduced, test_balance = _loo_calibration(code, z, Y, out, loo_points)
     if ratios.size < MIN_CALIBRATION_POINTS and not reproduced:
-        # nothing checks the pair on this function (e.g. 3 results: the one interior
-        # point is predicted from two, where both interpolants are the same line)
+        # nothing checks the pair on this function (3 results: the one interior point
+        # is predicted from two, where both interpolants are the same line; the spline
+        # codes' 4: tests through 3 nodes check another pair, full_pair_nodes)
         per_block = np.where(exact_rows, 0.0, math.nan)
         return ErrorEstimate(math.nan, per_block, "unreliable", n_results=idx.size)
     # at least the prediction bound: few or scattered leave-one-out points give a wide one
     if ratios.size >= MIN_CALIBRATION_POINTS:
         calibration = max(calibration, prediction_factor(ratios))
     factors = np.full(K, calibration)
+    # a data point more evenly surrounded than some tests (balance): its factor is at
+    # least the prediction bound of the tests at least as balanced as it; with none of
+    # them nothing checks it (the spline codes' data point midway between 6 results);
+    # with one, the bound above stays (5 and 7 results: docs/accuracy.md "Small K")
+    around = balance(
+        code, np.sum(z[None, :] > alpha[:, None], 1), np.sum(z[None, :] < alpha[:, None], 1)
+    )
+    for b in np.unique(around[~exact_rows]):
+        at = ~exact_rows & (around == b)
+        level = test_balance >= b
+        if level.all():
+            continue  # every test is (the bound above)
+        if np.count_nonzero(level) >= MIN_CALIBRATION_POINTS:
+            factors[at] = np.maximum(factors[at], prediction_factor(ratios[level]))
+        elif not level.any() and not reproduced:
+            per_block = np.where(exact_rows, 0.0, math.nan)
+            return ErrorEstimate(math.nan, per_block, "unreliable", n_results=idx.size)
     # data points in a gap wider than the typical leave-one-out test spans (a straggler
     # next to another, or a systematic one where the points are sparse): checked by the
     # tests that open a gap at least as wide (leave-one-out or leave-run-out), or none
@@ -557,7 +623,7 @@ def estimate_error(
         at = wide & (tested == width)
         run, run_reproduced = _run_ratios(code, z, Y, out, float(width), tiny)
         if run.size >= MIN_CALIBRATION_POINTS:
-            factors[at] = max(calibration, prediction_factor(run))
+            factors[at] = np.maximum(factors[at], prediction_factor(run))
         elif not run_reproduced:
             per_block = np.where(exact_rows, 0.0, math.nan)
             return ErrorEstimate(math.nan, per_block, "unreliable", n_results=idx.size)

@@ -376,7 +376,8 @@ class JobQuality:
             self._warn_unknown(
                 used,
                 f"fewer than {MIN_CALIBRATION_POINTS} of the results can be checked against "
-                "the others, too few to vouch for an estimate; with K="
+                "the others, or none from a position like a decoded block's, too few to "
+                "vouch for an estimate; with K="
                 f"{self.code.K} a systematic code is exact only when every systematic task "
                 "returned",
             )
