@@ -258,6 +258,9 @@ async def test_refusals_of_maps_with_no_input_or_several_outputs_name_them(c, s,
         with pytest.raises(RewriteError, match=r"no chunked input array.*da.ones") as err:
             dask_bacc.coded(made, code="bspline")
         assert "KeyError" not in str(err.value)
+    data = da.from_array(np.arange(32.0).reshape(8, 4), chunks=(2, 4))
+    with pytest.raises(RewriteError, match=r"holds its data.*no map over its blocks"):
+        dask_bacc.coded(data, code="bspline")  # was "a MaterializedLayer layer"
     # the advice: code the map that reads the blocks
     ones = da.ones((8, 4), chunks=(2, 4))
     z = dask_bacc.coded(ones.map_blocks(lambda b: b * 2), code="bspline")

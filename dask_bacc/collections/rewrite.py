@@ -183,6 +183,12 @@ def _map_blocks_call(x: Any) -> MapCall:
     layer = graph.layers[name]
     _refuse_overlap(graph, name)
     if not isinstance(layer, Blockwise):
+        if not graph.dependencies.get(name):
+            raise RewriteError(
+                f"the array's final operation {name!r} holds its data (da.from_array, "
+                "xarray's .chunk(), an array loaded or persisted): there is no map over "
+                "its blocks to code; apply coded() to a map of it (x.map_blocks(f))"
+            )
         picked = _picked_output(graph, name)
         if picked is not None:
             raise RewriteError(
