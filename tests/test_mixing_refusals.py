@@ -272,6 +272,11 @@ async def test_refusals_of_maps_with_no_input_or_several_outputs_name_them(c, s,
     )
     with pytest.raises(RewriteError, match=r"takes output 1 of the map .* several arrays"):
         dask_bacc.coded(largest, code="bspline")
+    whole = da.apply_gufunc(np.exp, "(i)->(i)", a[:, 0].rechunk(-1), output_dtypes=float)
+    with pytest.raises(RewriteError, match=r"only relabels the blocks of the map"):
+        dask_bacc.coded(whole, code="bspline")  # was "a MaterializedLayer layer"
+    z = dask_bacc.coded(a[:, 0].rechunk(2).map_blocks(np.exp), code="bspline")
+    await assert_within_estimate(c, z, await c.compute(z), await c.compute(whole))
     alone = da.apply_gufunc(lambda x: x.max(-1), "(i)->()", a, output_dtypes=float)
     z = dask_bacc.coded(alone, code="bspline")
     await assert_within_estimate(c, z, await c.compute(z), await c.compute(largest))

@@ -18,6 +18,7 @@ checks each against the installed versions so that a change there fails loudly.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -191,6 +192,15 @@ def _map_blocks_call(x: Any) -> MapCall:
                 "xarray's .chunk(), an array loaded or persisted): there is no map over "
                 "its blocks to code; apply coded() to a map of it (x.map_blocks(f))"
             )
+        relabelled = _relabelled_map(graph, name)
+        if relabelled is not None:
+            raise RewriteError(
+                f"the array's final operation {name!r} only relabels the blocks of the map "
+                f"{relabelled!r}, under other indices (apply_gufunc's output layer, e.g. for "
+                "a signature whose core dimensions span the whole array): the rewrite "
+                "finds no map over the output's blocks. Map the function with "
+                "x.map_blocks(f) over blocks along axis 0"
+            )
         picked = _picked_output(graph, name)
         if picked is not None:
             raise RewriteError(
@@ -334,6 +344,31 @@ def _dependencies(graph: Any, obj: Any) -> dict[Any, Any]:
             )
         deps[key] = Delayed(key, graph.cull_layers([layer]))
     return deps
+
+
+def _relabelled_map(graph: Any, name: str) -> str | None:
+    """The map over blocks whose blocks layer ``name`` only aliases under other indices
+    (``apply_gufunc``'s output layer when the map's keys have another layout), or None."""
+    from dask._task_spec import Alias
+    from dask.blockwise import Blockwise
+
+    deps = graph.dependencies.get(name, set())
+    if len(deps) != 1:
+        return None
+    (dep,) = deps
+    if not isinstance(graph.layers[dep], Blockwise):
+        return None
+    # apply_gufunc names output i of map "<f>-<token>" "<f>_<i>-<token>" (a slice also
+    # aliases whole blocks, under another name)
+    head, _, token = str(name).rpartition("-")
+    dep_head, _, dep_token = str(dep).rpartition("-")
+    if token != dep_token or not re.fullmatch(re.escape(dep_head) + r"_\d+", head):
+        return None
+    for task in graph.layers[name].values():
+        target = task.target if isinstance(task, Alias) else task
+        if not (isinstance(target, tuple) and target and target[0] == dep):
+            return None
+    return str(dep)
 
 
 def _picked_output(graph: Any, name: str) -> tuple[str, int] | None:
