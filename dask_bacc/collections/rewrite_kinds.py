@@ -548,7 +548,9 @@ def _xarray_values(out: Any, target: XarrayTarget) -> dict[Hashable, NDArray[Any
     return values
 
 
-def _same_names(what: str, got: set[Any], want: set[Any], allowed: set[Any] = frozenset()) -> None:
+def _same_names(
+    what: str, got: set[Any], want: set[Any], allowed: frozenset[Any] | set[Any] = frozenset()
+) -> None:
     """Raise ``xr.map_blocks``' own ``ValueError`` (its message) when a result's
     ``what`` ("coordinate" or "data") variables are not the template's: ``want`` all
     present, none beyond them but ``allowed``."""

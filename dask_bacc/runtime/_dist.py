@@ -124,6 +124,15 @@ def exception(future: Future[Any]) -> Awaitable[BaseException | None]:
     return run(asynchronous=True)
 
 
+def wait_first(futures: list[Future[Any]]) -> Awaitable[tuple[set[Future[Any]], set[Future[Any]]]]:
+    """``distributed.wait(futures, return_when="FIRST_COMPLETED")`` on an asynchronous
+    client's loop: ``(done, not_done)``."""
+    run = cast(
+        "Callable[..., Awaitable[tuple[set[Future[Any]], set[Future[Any]]]]]", distributed.wait
+    )
+    return run(futures, return_when="FIRST_COMPLETED")
+
+
 def release(future: Future[Any]) -> None:
     """``future.release()``: drop this reference to the task now."""
     run = cast("Callable[[], None]", future.release)

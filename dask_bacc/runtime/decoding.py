@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import enum
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -108,6 +109,10 @@ class DecodingJob(JudgingJob):
     _round: int
     _shapes: dict[int, tuple[int, ...]]
     _probe: Future[Any] | None
+    mixes: bool
+    func: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     _plain: list[int] | None
     _quantiles: asyncio.Future[Any] | None
 
@@ -391,11 +396,9 @@ class DecodingJob(JudgingJob):
     async def _first_mixed_shape(self) -> tuple[int, ...] | None:
         """The shape of the first result of a share that mixes blocks to finish, or None
         when none gives one (they failed, or were cancelled)."""
-        from distributed import wait
-
         pending = [f for i, f in self._evals.items() if i not in self._data_rows]
         while pending:
-            done, _ = await wait(pending, return_when="FIRST_COMPLETED")
+            done, _ = await _dist.wait_first(pending)
             for fut in done:
                 pending.remove(fut)
                 if fut.status != "finished":

@@ -680,7 +680,7 @@ def result_shape(result: object) -> tuple[int, ...] | None:
     on its worker)."""
     if result is None or isinstance(result, EvalFailure):
         return None
-    return tuple(np.shape(result))
+    return tuple(np.asarray(result).shape)
 
 
 def spec_of(result: ArrayLike) -> ResultSpec:
