@@ -346,17 +346,24 @@ def _dependencies(graph: Any, obj: Any) -> dict[Any, Any]:
     return deps
 
 
-def _relabelled_map(graph: Any, name: str) -> str | None:
-    """The map over blocks whose blocks layer ``name`` only aliases under other indices
-    (``apply_gufunc``'s output layer when the map's keys have another layout), or None."""
-    from dask._task_spec import Alias
+def _only_map_dependency(graph: Any, name: str) -> str | None:
+    """The one layer ``name`` depends on, when it is a map over blocks (Blockwise)."""
     from dask.blockwise import Blockwise
 
     deps = graph.dependencies.get(name, set())
     if len(deps) != 1:
         return None
     (dep,) = deps
-    if not isinstance(graph.layers[dep], Blockwise):
+    return str(dep) if isinstance(graph.layers[dep], Blockwise) else None
+
+
+def _relabelled_map(graph: Any, name: str) -> str | None:
+    """The map over blocks whose blocks layer ``name`` only aliases under other indices
+    (``apply_gufunc``'s output layer when the map's keys have another layout), or None."""
+    from dask._task_spec import Alias
+
+    dep = _only_map_dependency(graph, name)
+    if dep is None:
         return None
     # apply_gufunc names output i of map "<f>-<token>" "<f>_<i>-<token>" (a slice also
     # aliases whole blocks, under another name)
@@ -368,7 +375,7 @@ def _relabelled_map(graph: Any, name: str) -> str | None:
         target = task.target if isinstance(task, Alias) else task
         if not (isinstance(target, tuple) and target and target[0] == dep):
             return None
-    return str(dep)
+    return dep
 
 
 def _picked_output(graph: Any, name: str) -> tuple[str, int] | None:
@@ -377,13 +384,8 @@ def _picked_output(graph: Any, name: str) -> tuple[str, int] | None:
     several), else None."""
     import operator
 
-    from dask.blockwise import Blockwise
-
-    deps = graph.dependencies.get(name, set())
-    if len(deps) != 1:
-        return None
-    (dep,) = deps
-    if not isinstance(graph.layers[dep], Blockwise):
+    dep = _only_map_dependency(graph, name)
+    if dep is None:
         return None
 
     def is_getitem(func: Any) -> bool:  # operator's, or dask's own of that name
