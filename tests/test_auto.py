@@ -394,7 +394,11 @@ async def test_cluster_stationary_regime_decodes_within_budget(c, s, *workers):
             # what its shorter waits would have given, from the same results
             k = len(job.report.returned)
             fewer = job.quality.fewer_results()
-            assert [m for m, _ in fewer] == list(range(k - 1, k - 1 - len(fewer), -1))
+            # one to three fewer results, each with an estimate; a count whose decode
+            # the estimate cannot vouch for (the spline codes' data point midway between
+            # 6 results, issue 41: docs/accuracy.md "Small K") is left out
+            ms = [m for m, _ in fewer]
+            assert ms == sorted(set(ms), reverse=True) and set(ms) <= set(range(k - 3, k))
             assert len(fewer) >= 1 and all(e >= 0 for _, e in fewer)
     # an approximate code that never decodes exactly: its shorter waits are always
     # estimated, and the job teaches the calibration (fresh for each test)
