@@ -29,9 +29,9 @@ data points. It is estimated from the returned results alone, in five steps:
    is predicted from two, where both interpolants are the same line) nothing checks the
    pair: the estimate is ``nan``, method ``"unreliable"``, and a job warns.
 4. **Balance and wide gaps.** A test checks the pair only through as many points as
-   the companion's degree needs (:func:`full_pair_nodes`: the spline codes' tests from
+   the companion's degree needs (``full_pair_nodes``: the spline codes' tests from
    4 results, through 3 points, check a quadratic, not the cubic of the decode), and a
-   data point more evenly surrounded by returned points than a test (:func:`balance`) is
+   data point more evenly surrounded by returned points than a test (``balance``) is
    checked by the tests at least as balanced (their prediction bound; with none of them,
    ``"unreliable"``). A data point in a gap of the returned points wider than the median
    leave-one-out test spans (adjacent stragglers, a straggler where points are sparse)
