@@ -466,16 +466,18 @@ def test_soak_coded_jobs_under_kills_stragglers_and_a_scheduler_restart(
             stuck = [soak.active.get(t.ident) for t in threads if t.is_alive()]
         run_seconds = time.monotonic() - wall0
 
-        # nothing left behind: poll the scheduler until the held stragglers end
+        # nothing left behind: poll the scheduler until the held stragglers end, and the
+        # job loops until their clean-ups (a round trip each, after the last job's answer)
+        # have run; what is still there after 30 s was left behind
         leaked: list[str] = []
         end = time.monotonic() + 30
         while True:
             leaked = clients[0].run_on_scheduler(_bacc_tasks)
-            if not leaked or time.monotonic() > end:
+            loops_left = len(job_module._running)
+            if (not leaked and not loops_left) or time.monotonic() > end:
                 break
             time.sleep(0.5)
         client_futures = [str(k) for c in clients for k in list(c.futures) if "bacc-" in str(k)]
-        loops_left = len(job_module._running)
     finally:
         for c in clients:
             with contextlib.suppress(Exception):
