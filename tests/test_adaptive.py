@@ -99,6 +99,37 @@ async def test_until_waits_longer_on_a_rough_function(c, s, *workers):
 
 @pytest.mark.slow
 @gen_cluster(client=True, nthreads=EIGHT)
+async def test_a_deadline_decodes_from_the_results_in_and_cancels_the_rest(c, s, *workers):
+    """``until(deadline=...)``: held tasks never land; the decode comes at the deadline
+    (or, on a loaded machine, once the six free results are in, whichever is later)."""
+    async with gate_stragglers(indices=[2, 6], client=c):
+        job = await dask_bacc.submit_coded(
+            np.tanh,
+            SMOOTH,
+            n_blocks=4,
+            n_coded=8,
+            code="systematic-spline",
+            wait=dask_bacc.until(deadline=0.2),
+            client=c,
+        )
+        out = await job
+    rep = job.report
+    assert rep.trigger == "deadline"
+    assert sorted(rep.straggled) == [2, 6] and len(rep.returned) == 6
+    assert rep.estimates == []  # no estimate per arrival: the deadline alone decides
+    assert_decodes_reference(out, rep, np.tanh, SMOOTH)
+    # an exact code is not hurried: it answers from a copy of every block
+    async with gate_stragglers(indices=[1], client=c):
+        job = await dask_bacc.submit_coded(
+            np.tanh, SMOOTH, n_blocks=4, code="repetition", wait=dask_bacc.until(deadline=0.01),
+            client=c,
+        )  # fmt: skip
+        out = await job
+    np.testing.assert_array_equal(out, np.tanh(SMOOTH))
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=EIGHT)
 async def test_until_with_a_timeout_and_with_an_exact_code(c, s, *workers):
     async with gate_stragglers(indices=[2, 6], client=c):
         job = await dask_bacc.submit_coded(

@@ -232,6 +232,8 @@ _POLICIES = [
     Fraction(1.0, grace=0.25),
     until(error=0.01),
     ErrorTarget(0.01, min_results=3, grace=1.0),
+    until(deadline=0.75),
+    until(error=0.01, deadline=2.0, min_results=2),
 ]
 _TASK_EVENTS = ["land"] * 4 + ["fail", "lose", "reject", "reject", "withdraw"]
 _EVENT = st.one_of(
@@ -385,3 +387,46 @@ def test_exact_only_ignores_an_error_target_and_gives_up_once_exactness_is_impos
     action = d.step(0.3)
     assert isinstance(action, GiveUp) and action.trigger == "exact-impossible"
     assert mixed[1] in action.pending  # given up without waiting for it
+
+
+def test_a_deadline_decodes_from_the_results_in_but_never_from_fewer_than_its_floor():
+    code = get_code("systematic-spline", 4, 8)
+    d = launched(code, until(deadline=1.0))  # floor: K = 4 results
+    for t, i in enumerate([0, 5, 2]):
+        d.landed(i, 0.1 * t)
+    assert d.step(0.5) is None
+    assert d.wake_in(0.5) is None  # 3 results: the deadline alone would not decode
+    d.landed(7, 0.6)
+    assert d.wake_in(0.6) == pytest.approx(0.4)  # 4 results: the deadline wakes the job
+    assert d.step(1.0) == Decode([0, 5, 2, 7], "deadline")
+    assert d.straggled() == [1, 3, 4, 6]
+    late = launched(code, until(deadline=1.0))
+    for t, i in enumerate([0, 5, 2]):
+        late.landed(i, 0.1 * t)
+    assert late.step(1.0) is None  # passed with 3 results: never decoded from fewer than 4
+    assert late.wake_in(1.0) is None  # only a landing result can meet it now
+    late.landed(6, 1.2)
+    assert late.step(1.2) == Decode([0, 5, 2, 6], "deadline")
+
+
+def test_a_deadline_does_not_hurry_an_exact_code_or_an_exact_only_job():
+    rep = get_code("repetition", 2, 4)
+    d = launched(rep, until(deadline=0.5))
+    d.landed(0, 0.1)
+    assert d.step(5.0) is None and d.wake_in(5.0) is None  # block 1 missing: no answer
+    d.landed(3, 6.0)
+    assert d.step(6.0) == Decode([0, 3], "all")  # (an until policy's trigger)
+    spline = get_code("systematic-spline", 2, 4)
+    d = launched(spline, until(deadline=0.5, min_results=2))
+    d.exact_only = True  # f is not defined on coded shares: only real data will do
+    d.landed(3, 0.1)
+    d.landed(2, 0.2)
+    assert d.step(1.0) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"deadline": 0}, {"deadline": -1.0}, {"deadline": True}, {"error": 0}]
+)
+def test_until_needs_a_positive_error_or_deadline(kwargs):
+    with pytest.raises(ValueError, match="until|positive"):
+        until(**kwargs)

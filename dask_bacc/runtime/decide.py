@@ -44,7 +44,8 @@ class Decider:
     and its grace period, if any, is over), ``"exact"`` (met before its target count
     because every block's own data is in: a systematic code's shortcut), ``"all"`` (an
     ``until`` policy: every result is in), ``"error"`` (the error estimate met an
-    ``until`` target), ``"exhausted"`` (nothing is pending: decode from what arrived),
+    ``until`` target), ``"deadline"`` (an ``until(deadline=...)`` policy's deadline passed with enough
+    results in), ``"exhausted"`` (nothing is pending: decode from what arrived),
     ``"exact-impossible"`` (only an exact decode will do, :attr:`exact_only`, and some
     block's own shares are all gone: give up) and ``"timeout"``.
     """
@@ -136,6 +137,8 @@ class Decider:
                 trigger = getattr(self.policy, "met_trigger", "wait")
         elif error_met and not self.exact_only:  # an estimate's target: approximate only
             trigger = "error"
+        elif self._deadline_met(now):
+            trigger = "deadline"
         elif not self.pending:
             trigger = "exhausted"
         elif self.exact_only and not self._exact_possible():
@@ -156,6 +159,22 @@ class Decider:
         if self.exact_only:
             return self.code.is_exact(self.usable)
         return self.policy.is_met(self.usable, self.code)
+
+    def _policy_deadline(self) -> float | None:
+        """The wait policy's deadline (``until(deadline=...)``), where it applies: to
+        approximate codes, when an approximate decode is allowed."""
+        if self.code.exact or self.exact_only:
+            return None
+        return getattr(self.policy, "deadline", None)
+
+    def _deadline_met(self, now: float) -> bool:
+        """The policy's deadline has passed and the results in are enough to decode from
+        (at least its floor: a deadline never decodes from fewer)."""
+        end = self._policy_deadline()
+        if end is None or now < end:
+            return False
+        floor = self.policy.floor(self.code) if hasattr(self.policy, "floor") else 1
+        return len(self.usable) >= floor and self.code.can_decode(self.usable)
 
     def _exact_early(self) -> bool:
         """Whether the policy is met before its target count because every block's own
@@ -202,6 +221,12 @@ class Decider:
         ends: list[float] = []
         if self.deadline is not None and self.pending:
             ends.append(self.deadline)
+        end = self._policy_deadline()
+        if end is not None and self._deadline_met(max(now, end)):
+            # the results in suffice at the deadline (else only a landing result can help)
+            if end <= now:
+                return 0.0
+            ends.append(end)
         if self._met():
             if not self._grace_applies():
                 return 0.0  # step decodes now

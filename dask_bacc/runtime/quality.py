@@ -83,7 +83,12 @@ class JobQuality:
         self._job = weakref.ref(job)
         self.code = job.code
         self.transform = job.transform
-        self.adaptive = isinstance(job.policy, ErrorTarget) and not self.code.exact
+        # estimates on every arrival only for an error target (a deadline alone needs none)
+        self.adaptive = (
+            isinstance(job.policy, ErrorTarget)
+            and job.policy.error is not None
+            and not self.code.exact
+        )
         self.size = int(config.get("accuracy.sketch"))
         tau = config.get("accuracy.tau")
         self.tau = DEFAULT_TAU if tau is None else float(tau)
@@ -217,7 +222,7 @@ class JobQuality:
             return False  # a result it used was written off since
         policy = self.job.policy
         assert isinstance(policy, ErrorTarget)  # what makes a job adaptive
-        return bool(self.last.overall <= policy.error)
+        return policy.error is not None and bool(self.last.overall <= policy.error)
 
     # -- robust decoding -----------------------------------------------------------------
     async def screen(self, usable: list[int]) -> list[int]:
@@ -386,7 +391,11 @@ class JobQuality:
             "for an exact answer use code='repetition' (or 'lagrange' for a polynomial f), "
             "or a systematic code with wait=1.0; to get closer, raise n_coded or wait"
         )
-        if isinstance(job.policy, ErrorTarget) and not overall <= job.policy.error:
+        if (
+            isinstance(job.policy, ErrorTarget)
+            and job.policy.error is not None
+            and not overall <= job.policy.error
+        ):
             job.warn(
                 ApproximationWarning(
                     f"wait=until(error={job.policy.error:g}) was not met: decoded from "

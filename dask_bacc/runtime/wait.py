@@ -123,36 +123,49 @@ class Fraction(WaitPolicy):
 
 @dataclass(frozen=True)
 class ErrorTarget(WaitPolicy):
-    """Decode once the estimated relative error is at most ``error`` (adaptive waiting).
+    """Decode once the estimated relative error is at most ``error``, or at a deadline.
 
     The job re-estimates the error of decoding from the results that landed each time new
     ones arrive (from small sketches of them, see docs/accuracy.md) and decodes as soon as
-    the estimate over the whole output is at most ``error``, or when every result is in,
-    or at the job's ``timeout``, whichever comes first; ``report.trigger`` says which
-    (``"error"``, ``"all"``, ``"timeout"``; ``"exhausted"`` when failures left nothing
-    more to wait for). Exact codes decode as soon as the set is decodable (their error is
-    0 then).
+    the estimate over the whole output is at most ``error``, or ``deadline`` seconds after
+    the job started, or when every result is in, or at the job's ``timeout``, whichever
+    comes first; ``report.trigger`` says which (``"error"``, ``"deadline"``, ``"all"``,
+    ``"timeout"``; ``"exhausted"`` when failures left nothing more to wait for). Exact
+    codes decode as soon as the set is decodable (their error is 0 then; a deadline does
+    not make them answer earlier).
+
+    A deadline that passes before ``min_results`` decodable results are in decodes as soon
+    as they are: the deadline never decodes from fewer.
 
     Parameters
     ----------
-    error : float
-        Target relative error, e.g. 0.01 for 1%.
+    error : float, optional
+        Target relative error, e.g. 0.01 for 1% (None: only the deadline, or every result).
     min_results : int, optional
-        Never decode on the estimate from fewer results (default K, the number of blocks;
-        at least 3): with very few points the estimate itself is unreliable.
+        Never decode on the estimate or at the deadline from fewer results (default K, the
+        number of blocks; at least 3): with very few points the estimate itself is
+        unreliable, and the decode too.
+    deadline : float, optional
+        Seconds after the job started at which to decode from the results in.
     """
 
-    error: float
+    error: float | None
     min_results: int | None = None
     grace: float = 0.0
+    deadline: float | None = None
 
     #: ``report.trigger`` when the policy is met by every result being in
     met_trigger = "all"
 
     def __post_init__(self) -> None:
-        e = self.error
-        if isinstance(e, bool) or not isinstance(e, numbers.Real) or not 0 < e < math.inf:
-            raise ValueError(f"error must be a positive number, got {e!r}")
+        if self.error is None and self.deadline is None:
+            raise ValueError("until() needs an error target, a deadline or both")
+        for name in ("error", "deadline"):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf
+            ):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
         m = self.min_results
         if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
             raise ValueError(f"min_results must be an integer >= 1, got {m!r}")
@@ -183,13 +196,22 @@ class ErrorTarget(WaitPolicy):
             )
 
 
-def until(error: float, *, min_results: int | None = None) -> ErrorTarget:
-    """Wait policy: decode as soon as the estimated relative error is at most ``error``.
+def until(
+    error: float | None = None,
+    *,
+    deadline: float | None = None,
+    min_results: int | None = None,
+) -> ErrorTarget:
+    """Wait policy: decode as soon as the estimated relative error is at most ``error``,
+    or ``deadline`` seconds after the job started.
 
     ``map_coded(f, X, wait=dask_bacc.until(error=0.01))`` decodes once the error estimate
-    is below 1%, or when every result is in, or at ``timeout``. See :class:`ErrorTarget`.
+    is below 1%, or when every result is in, or at ``timeout``;
+    ``wait=dask_bacc.until(deadline=0.5)`` decodes an approximate code from the results in
+    half a second after the job started (from at least ``min_results``, default K). See
+    :class:`ErrorTarget`.
     """
-    return ErrorTarget(error, min_results=min_results)
+    return ErrorTarget(error, min_results=min_results, deadline=deadline)
 
 
 def _check_grace(grace: float) -> None:
