@@ -183,3 +183,33 @@ def test_notebook_is_valid_and_follows_the_script():
     compile(code, "coded_training.ipynb", "exec")  # every code cell is valid Python
     for needle in ("dask_bacc.encode", ".map(", 'combine="stack"', "load_digits"):
         assert needle in code, needle
+
+
+@pytest.mark.slow
+def test_parameter_sweep_smoke_run(capsys):
+    """The pricer sweep: plain, hedged (exact) and systematic spline, with the error at the
+    sweep's scale (hedged is exact: its error is zero)."""
+    ps = _load("parameter_sweep")
+    results = ps.run(K=4, N=6, rows=16, paths=300, p=0.3, delay=0.1, rounds=1)
+    assert set(results) == set(ps.STRATEGIES)
+    for name in ("plain", "hedged"):
+        assert results[name][0]["error"]["max_abs"] == 0.0
+    spline = results["systematic-spline"][0]
+    assert spline["error"]["median_price"] > 1.0
+    assert spline["error"]["rel"] < 0.05  # a few stragglers interpolated at most
+    assert ps.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    for name in ps.STRATEGIES:
+        assert name in out
+    assert "median price" in out
+
+
+@pytest.mark.slow
+def test_smooth_field_smoke_run(capsys):
+    sf = _load("smooth_field")
+    r = sf.run(24, 8, 8, K=4, N=6, code="spline", noise=0.0)
+    assert r["same_coords"]
+    # K=4 chunks over one cycle is coarse for the spline: measured 0.03
+    assert 0 < r["rel"] < 0.1 and r["error_estimate"] is not None
+    assert sf.main(["--smoke"]) == 0
+    assert "degrees" in capsys.readouterr().out
