@@ -387,6 +387,7 @@ async def test_cluster_stationary_regime_decodes_within_budget(c, s, *workers):
             "berrut",
             "repetition",
             "uncoded",
+            "hedged",
         )
         assert chosen["N"] <= 16 and chosen["error"] <= 0.1
         assert job.report.status == "finished"
@@ -527,3 +528,83 @@ def test_bad_auto_input_is_refused_before_anything_runs():
 
     with pytest.raises(ValueError, match="fixed settings"):
         dask_bacc.coded(da.ones((8, 2), chunks=(2, 2)).map_blocks(np.tanh), n_coded="auto")
+
+
+# -- issue 42: no budget, exact strategies only; hedging weighed; K planned ------------------
+
+
+def test_without_a_budget_code_auto_weighs_exact_strategies_only():
+    from dask_bacc.runtime.auto import EXACT_AUTO_CODES
+    from dask_bacc.runtime.submit import weighed_codes
+
+    assert weighed_codes(None) == EXACT_AUTO_CODES
+    for name in EXACT_AUTO_CODES:  # (hedging decodes as K uncoded tasks and copies)
+        assert get_code(
+            "uncoded" if name == "hedged" else name, 4, 4 if name != "repetition" else 8
+        ).exact
+    assert set(weighed_codes(0.02)) > set(EXACT_AUTO_CODES)  # a budget adds the approximate
+    assert weighed_codes(0.02, exact_only=True) == EXACT_AUTO_CODES
+    assert dask.config.get("bacc.auto.error") is None  # no budget unless one is given
+
+
+def test_a_hedge_never_answers_later_than_the_task_it_copies():
+    from dask_bacc.runtime.auto import _Times
+
+    rng = np.random.default_rng(4)
+    D = bimodal_draws(rng, 0.2)
+    for K in (4, 12, 16):  # idle workers for every copy, for some, for none
+        T, _, cpu = _Times(D).hedged(K, 1.5)
+        plain = D[:, :K].max(axis=1)
+        assert np.all(T[:, 0] <= plain + 1e-12)
+        assert cpu >= D[:, :K].sum(axis=1).mean()  # copies cost their run, never less
+    quiet_draws = np.full((64, 16), 1.0)  # nobody late: no copy, the plain job's time
+    T, _, cpu = _Times(quiet_draws).hedged(16, 1.5)
+    assert np.all(T == 1.0) and cpu == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1])
+def test_the_exact_plan_hedges_a_one_wave_job(p):
+    """K = W: no spare worker for repetition; hedging is plain's tasks, insured."""
+    from dask_bacc.runtime.auto import EXACT_AUTO_CODES
+
+    D = bimodal_draws(np.random.default_rng(5), p)
+    p16 = plan(view(D), 16, [(c, {}) for c in EXACT_AUTO_CODES], error=0.05, max_n=32)
+    assert p16.chosen.code == "hedged" and p16.chosen.N == 16
+    assert p16.workers == [WORKERS[j] for j in order_workers(view(D), 4.0)[:16]]
+    if p:  # stragglers: a copy after 1.5 tasks beats waiting 20 for the straggler
+        plain = next(o for o in p16.alternatives if o.code == "uncoded")
+        assert p16.chosen.time < 0.5 * plain.time
+
+
+def test_block_counts_weighed_for_in_memory_input():
+    from dask_bacc.runtime.submit import _block_counts
+
+    assert _block_counts(np.zeros((3840, 2)), 16) == [16, 12, 10, 8]
+    assert _block_counts(np.zeros((3841, 2)), 16) == [1]  # 23 * 167: no divisor up to 16
+    assert _block_counts(np.zeros((10, 2)), 64) == [10]  # never more blocks than rows
+    assert _block_counts(np.zeros((10, 2)), 8) == [5, 2]
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=NTHREADS, timeout=180)
+async def test_cluster_auto_without_a_budget_answers_exactly_and_plans_k(c, s, *workers):
+    X = np.random.default_rng(1).standard_normal((96, 3))  # i.i.d. rows: no smooth help
+    async with inject_stragglers(Bimodal(p=0.2, delay=1.0), seed=4, client=c):
+        jobs = []
+        for _ in range(6):
+            job = await dask_bacc.submit_coded(f, X, code="auto", client=c)
+            with quiet():
+                out = await job
+            np.testing.assert_array_equal(out, np.tanh(X))  # plain Dask's answer, bit for bit
+            jobs.append(job)
+            await idle(workers)
+    assert jobs[0].report.auto["chosen"] is None  # the model learns first: repetition
+    assert jobs[0].report.code["name"] == "repetition"
+    planned = [j for j in jobs if j.report.auto["chosen"] is not None]
+    assert planned, [j.report.auto["reason"] for j in jobs]
+    for job in planned:
+        auto = job.report.auto
+        assert auto["chosen"]["code"] in ("hedged", "repetition", "uncoded")
+        assert auto["K_weighed"] == [16, 12, 8] and auto["K"] in auto["K_weighed"]
+        assert job.report.K == auto["K"]
+        assert job.report.code["name"] == auto["chosen"]["code"]

@@ -34,6 +34,9 @@ from .placement import spread_order
 
 __all__ = [
     "AUTO",
+    "AUTO_CODES",
+    "EXACT_AUTO_CODES",
+    "HEDGED",
     "Calibration",
     "ModelView",
     "NoSetting",
@@ -59,8 +62,14 @@ def is_auto(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() == AUTO
 
 
-#: codes ``code="auto"`` weighs (Lagrange needs f's degree, which only the user knows)
-AUTO_CODES = ("systematic-spline", "spline", "systematic-berrut", "berrut", "repetition", "uncoded")
+#: the backup strategy the planner weighs beside the codes (``code="hedged"``: K tasks,
+#: a copy of a task once it runs late, on a worker that is free)
+HEDGED = "hedged"
+#: what ``code="auto"`` weighs without an error budget: the exact strategies only
+EXACT_AUTO_CODES = (HEDGED, "repetition", "uncoded")
+#: what ``code="auto"`` weighs with an error budget (``error=``): the approximate codes too
+#: (Lagrange needs f's degree, which only the user knows)
+AUTO_CODES = ("systematic-spline", "spline", "systematic-berrut", "berrut", *EXACT_AUTO_CODES)
 
 
 @dataclass(frozen=True)
@@ -329,6 +338,38 @@ class _Times:
         self._memo[key] = out
         return out
 
+    def hedged(
+        self, K: int, threshold: float
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+        """``(T, mean, cpu)`` of hedging: block j runs on the worker ranked j; once it has
+        run ``threshold`` median tasks a copy starts on the first worker free: an idle
+        one (ranked K and after) while there is one, then the workers of the job in the
+        order their own tasks end (the i-th late block's copy on the i-th to end); the
+        block is in at the first copy to finish. A copy's latency is another draw of its
+        worker (the next row: draws are independent). Its cost: every primary to its
+        end, and every copy started, to its end.
+
+        The budget of extra work and a third copy are not modelled: this is the rule's
+        first round, which is what decides a one-wave job's tail."""
+        D = self.D
+        S, W = D.shape
+        primary = D[:, :K]
+        again = np.roll(D, 1, axis=0)  # another draw of every worker
+        # the slots a copy can take, first free first: idle workers, then the job's own
+        ends = np.argsort(primary, axis=1, kind="stable")
+        slot_col = np.concatenate([np.tile(np.arange(K, W), (S, 1)), ends], axis=1)
+        slot_free = np.concatenate(
+            [np.zeros((S, W - K)), np.take_along_axis(primary, ends, axis=1)], axis=1
+        )
+        launched = primary > threshold
+        rank = np.minimum(np.cumsum(launched, axis=1) - 1, W - 1).clip(0)
+        col = np.take_along_axis(slot_col, rank, axis=1)
+        start = np.maximum(threshold, np.take_along_axis(slot_free, rank, axis=1))
+        backup = np.take_along_axis(again, col, axis=1)
+        T = np.where(launched, np.minimum(primary, start + backup), primary).max(axis=1)[:, None]
+        cpu = float((primary.sum(axis=1) + np.where(launched, backup, 0.0).sum(axis=1)).mean())
+        return T, T.mean(axis=0), cpu
+
 
 def _stored_row(
     name: str, K: int, N: int, options: dict[str, Any], k0: int, k1: int
@@ -559,6 +600,7 @@ def plan(
     hysteresis: float = 0.0,
     incumbent: tuple[str, int, int] | None = None,
     overhead: dict[str, float] | None = None,
+    hedge_threshold: float = 1.5,
 ) -> Plan:
     """Choose the code, N, the wait and the workers of a job.
 
@@ -621,6 +663,10 @@ def plan(
     overhead : dict of str to float, optional
         Per code, what a job of it costs besides waiting for its tasks, in median tasks
         (:meth:`Overheads.units`): added to its predicted times.
+    hedge_threshold : float
+        Where ``codes`` has :data:`HEDGED`: the median tasks after which a task gets a
+        copy (``bacc.hedge.multiplier``). Hedging runs K tasks (its ``N`` is K) and is
+        weighed only when N, the wait and the placement are free.
 
     Returns
     -------
@@ -643,6 +689,17 @@ def plan(
     opts_of = dict(codes)
     groups: list[_Group] = []
     for name, opts in codes:
+        if name == HEDGED:
+            if placement is None and wait is None and n_coded is None and K <= W:
+                T, mean, cpu = times.hedged(K, hedge_threshold)
+                fixed = (overhead or {}).get(name, 0.0)
+                mean = mean + fixed
+                code = _build("uncoded", K, K, {})
+                assert code is not None
+                groups.append(
+                    _Group(name, code, K, K, T, mean, mean + cost_weight * cpu / W, cpu, fixed)
+                )
+            continue  # (its tasks are not pinned coded tasks: no fixed N, wait or placement)
         for N in _n_range(name, K, n_coded, min(max_n, W), W):
             code = _build(name, K, N, opts)
             if code is None:
@@ -770,7 +827,7 @@ def plan(
             top = min(o.score for o in exact)
             chosen = min(
                 (o for o in exact if o.score <= top + tolerance * base),
-                key=lambda o: (o.N, o.score),
+                key=lambda o: (o.N, o.code != HEDGED, o.score),  # hedging: K tasks, insured
             )
             reason = (
                 f"an exact setting within {exact_preference:.0%} of the best score "
@@ -796,11 +853,14 @@ def plan(
         seen = [with_error(g, grp.k1 - grp.k0) for g, grp in enumerate(groups)]
         chosen = min(seen, key=lambda o: (o.error, o.score))
         reason = f"no setting is predicted within error <= {error:g}: the most accurate one"
-    code = _build(chosen.code, K, chosen.N, opts_of[chosen.code])
+    code = _build("uncoded" if chosen.code == HEDGED else chosen.code, K, chosen.N,
+                  opts_of[chosen.code])  # fmt: skip
     assert code is not None
     workers = [""] * chosen.N
     if placement is not None:
         workers = list(placement)
+    elif chosen.code == HEDGED:  # block j on the worker ranked j (backups: where free)
+        workers = [view.workers[order[j]] for j in range(K)]
     else:
         for rank, i in enumerate(_index_order(code.name, K, code.N, _systematic(code))):
             workers[i] = view.workers[order[rank]]

@@ -44,8 +44,8 @@ class Decider:
     and its grace period, if any, is over), ``"exact"`` (met before its target count
     because every block's own data is in: a systematic code's shortcut), ``"all"`` (an
     ``until`` policy: every result is in), ``"error"`` (the error estimate met an
-    ``until`` target), ``"deadline"`` (an ``until(deadline=...)`` policy's deadline passed with enough
-    results in), ``"exhausted"`` (nothing is pending: decode from what arrived),
+    ``until`` target), ``"deadline"`` (an ``until(deadline=...)`` policy's deadline
+    passed with enough results in), ``"exhausted"`` (nothing is pending: decode from what arrived),
     ``"exact-impossible"`` (only an exact decode will do, :attr:`exact_only`, and some
     block's own shares are all gone: give up) and ``"timeout"``.
     """

@@ -7,7 +7,7 @@ import contextvars
 import logging
 import math
 import numbers
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -25,6 +25,8 @@ from ._dist import default_client
 from .auto import (
     AUTO,
     AUTO_CODES,
+    EXACT_AUTO_CODES,
+    HEDGED,
     Calibration,
     ModelView,
     NoSetting,
@@ -211,8 +213,6 @@ _overheads = Overheads()
 #: functions seen failing on coded shares (not defined on mixed blocks): code="auto"
 #: weighs only exact codes for them
 _exact_only: set[str] = set()
-#: what code="auto" weighs for a function in ``_exact_only``
-EXACT_AUTO_CODES: tuple[str, ...] = ("repetition", "uncoded")
 
 
 def safe_code() -> str:
@@ -234,9 +234,11 @@ def _auto_spelling(value: Any) -> Any:
 
 
 def check_error_budget(error: object, auto: bool) -> float | None:
-    """``error=``: a positive number, and only with auto mode (None: ``bacc.auto.error``)."""
+    """``error=``: a positive number, and only with auto mode (None: ``bacc.auto.error``,
+    itself None by default: no budget, so ``code="auto"`` weighs exact strategies only)."""
     if error is None:
-        return float(config.get("auto.error")) if auto else None
+        budget = config.get("auto.error") if auto else None
+        return None if budget is None else check_error_budget(budget, auto)
     if not auto:
         raise ValueError(
             "error= is the error budget of auto mode (n_coded, wait or code 'auto'); to "
@@ -283,11 +285,24 @@ async def auto_view(
     return view, ""
 
 
+def weighed_codes(budget: float | None, exact_only: bool = False) -> tuple[str, ...]:
+    """What ``code="auto"`` weighs: the approximate codes only under an error budget,
+    and not for a function that failed on coded shares before."""
+    return EXACT_AUTO_CODES if budget is None or exact_only else AUTO_CODES
+
+
+def fixed_code_budget() -> float:
+    """The error a fixed approximate code's auto N or wait keeps to when no budget was
+    given: ``bacc.warn-error``, the estimate past which its job warns (0.1 when off)."""
+    warn = config.get("warn-error")
+    return 0.1 if warn is None else float(warn)
+
+
 def plan_job(
     view: ModelView,
     K: int,
     codes: list[tuple[str, dict[str, Any]]],
-    error: float,
+    error: float | None,
     func_name: str,
     n_coded: int | None = None,
     wait: Any = None,
@@ -295,7 +310,10 @@ def plan_job(
 ) -> Plan:
     """:func:`.auto.plan` with the settings of ``bacc.auto``, the function's calibration
     and its last choice (the incumbent); the plan of the same inputs is reused
-    (:data:`.auto_cache.plans`): a steady-state job with an unchanged model plans once."""
+    (:data:`.auto_cache.plans`): a steady-state job with an unchanged model plans once.
+    ``error`` None: no budget was given (:func:`fixed_code_budget` for approximate codes)."""
+    if error is None:
+        error = fixed_code_budget()
     fixed_wait = None
     if not (isinstance(wait, str) and wait == AUTO):
 
@@ -313,6 +331,7 @@ def plan_job(
         "exact-preference": float(config.get("auto.exact-preference")),
         "confidence": float(config.get("auto.confidence")),
         "hysteresis": float(config.get("auto.hysteresis")),
+        "hedge-threshold": float(config.get("hedge.multiplier")),
     }
     key: Hashable = (
         func_name,
@@ -354,6 +373,7 @@ def plan_job(
         hysteresis=settings["hysteresis"],
         incumbent=auto_cache.plans.incumbent(key),
         overhead=_overheads.units(func_name),
+        hedge_threshold=settings["hedge-threshold"],
     )
     auto_cache.plans.put(key, inputs, chosen)
     return chosen
@@ -403,15 +423,24 @@ async def _auto_setup(
     client: Client,
     workers: Mapping[str, Mapping[str, Any]],
     K: int,
+    ks: Sequence[int],
     code: str,
     n_coded: int | str | None,
     wait: Any,
-    error: float,
+    error: float | None,
     options: dict[str, Any],
     avoid: tuple[str, ...],
     func_name: str,
 ) -> tuple[Code, WaitPolicy, list[str], dict[str, Any]]:
-    """Code, wait policy, placement and ``report.auto`` of an auto job."""
+    """Code, wait policy, placement and ``report.auto`` of an auto job, for ``K`` blocks
+    or, when the planner may choose it (in-memory input), one of ``ks`` (``K`` when the
+    model cannot plan yet and the defaults run).
+
+    Where K is chosen, a task's time is taken to follow its block's rows: a plan at K is
+    scored in tasks of the largest K (its score times ``max(ks) / K``), so fewer, larger
+    blocks buy redundancy on the same workers only where it pays (``report.auto["K"]``).
+    ``code="auto"`` chooses the hedged strategy as ``code=HEDGED``: the caller runs it as
+    a backup job (``report.auto["chosen"]["code"]``)."""
     if code == AUTO and options:
         raise ValueError("code='auto' chooses the code: code_options do not apply")
     running = {a: w for a, w in workers.items() if w.get("status", "running") == "running"}
@@ -425,32 +454,57 @@ async def _auto_setup(
         elif n_coded is not None:
             fixed_n = int(n_coded)
     exact_only = code == AUTO and func_name in _exact_only  # failed on coded shares before
-    names: tuple[str, ...] = EXACT_AUTO_CODES if exact_only else AUTO_CODES
+    names = weighed_codes(error, exact_only)
     codes = [(c, {}) for c in names] if code == AUTO else [(code, options)]
     chosen = None
     if view is not None:
-        try:
-            chosen = plan_job(
-                view, K, codes, error, func_name, n_coded=fixed_n, wait=AUTO if free_wait else wait
-            )
-        except NoSetting as exc:
-            why = f"{exc}: the defaults"
-    note = {"exact_only": "func failed on coded shares in an earlier job"} if exact_only else {}
+        plans: list[tuple[float, int, Plan]] = []
+        for k in ks:
+            try:
+                p = plan_job(
+                    view, k, codes, error, func_name, n_coded=fixed_n,
+                    wait=AUTO if free_wait else wait,
+                )  # fmt: skip
+            except NoSetting as exc:
+                why = f"{exc}: the defaults"
+                continue
+            plans.append((p.chosen.score * max(ks) / k, -k, p))
+        if plans:
+            _, neg_k, chosen = min(plans, key=lambda t: t[:2])
+            K = -neg_k
+    note: dict[str, Any] = {"K": K}
+    if len(ks) > 1:
+        note["K_weighed"] = list(ks)
+    if exact_only:
+        note["exact_only"] = "func failed on coded shares in an earlier job"
     if chosen is None:  # the defaults, and why
         name = code
         if code == AUTO:
-            name = EXACT_AUTO_CODES[0] if exact_only else safe_code()
+            name = "repetition" if exact_only else safe_code()
         coder = _build_code(name, K, fixed_n, len(others or running), options)
         default = resolve_wait(None if free_wait else wait, coder)
         auto = {"chosen": None, "reason": why, **note}
         return coder, default, _place(workers, coder, avoid), auto
     c = chosen.chosen
-    coder = get_code(c.code, K, c.N, **dict(codes)[c.code])
+    name = "uncoded" if c.code == HEDGED else c.code  # (hedging decodes as K copies)
+    coder = get_code(name, K, c.N, **dict(codes)[c.code])
     if free_wait and not coder.exact:
         policy: WaitPolicy = FirstK(c.k)
     else:
         policy = resolve_wait(None if free_wait else wait, coder)
     return coder, policy, chosen.workers, {**chosen.as_dict(), **note}
+
+
+def _block_counts(data: Any, n_workers: int) -> list[int]:
+    """The K ``code="auto"`` weighs for in-memory input: as many blocks as the workers,
+    and the fewer that leave room for 1.25, 1.5 and 2 tasks per block on them (each
+    the largest K up to that which splits the rows evenly)."""
+    rows = int(np.shape(data)[0]) if np.ndim(data) else 0
+    ks = set()
+    for r in (1.0, 1.25, 1.5, 2.0):
+        cap = max(1, int(n_workers / r))
+        ks.add(next(k for k in range(min(cap, max(rows, 1)), 0, -1) if rows % k == 0))
+    return sorted(ks, reverse=True)
 
 
 async def _submit(
@@ -475,8 +529,9 @@ async def _submit(
     error: float | None = None,
 ) -> CodedJob | RedundantJob | BlocksJob:
     timeout = resolve_timeout(timeout)
+    auto_mode = _wants_auto(code, n_coded, wait)
     coded_job = n_coded is not None or wait is not None or adversaries or transform is not None
-    if runs_as_layer(code, data) and not coded_job and error is None:
+    if runs_as_layer(code, data) and not coded_job and not auto_mode:
         from ..collections.dataframe import frame_layer_input  # pandas: only for frames
 
         data = frame_layer_input(data, n_blocks=n_blocks, blocks=blocks, **labels)
@@ -489,7 +544,7 @@ async def _submit(
         data_blocks = adapt(data, **labels)
     else:
         data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
-    if in_waves(code, data_blocks.K, n_workers) and not coded_job and error is None:
+    if in_waves(code, data_blocks.K, n_workers) and not coded_job and not auto_mode:
         # more blocks than a coded job can give a worker each: copies in waves instead
         return await submit_waves(
             client,
@@ -505,7 +560,31 @@ async def _submit(
             combine,
         )
     backups = backup_code(code)
-    if backups is not None:
+    auto: dict[str, Any] | None = None
+    rule: Speculation | None = None  # a job of K tasks and backups (hedged, speculative)
+    if auto_mode:
+        if adversaries:
+            raise ValueError("adversaries= needs a fixed n_coded and wait, not 'auto'")
+        assert isinstance(code, str)  # a Code instance is refused with auto mode
+        plan_k = code == AUTO and n_blocks is None and blocks is None and is_numpy(data)
+        coder, policy, placement, auto = await _auto_setup(
+            client,
+            workers,
+            data_blocks.K,
+            _block_counts(data, n_workers) if plan_k else [data_blocks.K],
+            code,
+            n_coded,
+            wait,
+            error,
+            code_options,
+            avoid,
+            function_key(func),
+        )
+        if auto["K"] != data_blocks.K:
+            data_blocks = _adapt(data, code, n_workers, auto["K"], None, labels)
+        if (auto.get("chosen") or {}).get("code") == HEDGED:
+            rule = Speculation.from_options({}, HEDGED)
+    elif backups is not None:
         if adversaries:
             raise ValueError(f"adversaries= is implemented for the Berrut codes, not {backups}")
         if n_coded is not None or wait is not None:
@@ -514,37 +593,8 @@ async def _submit(
                 "n_coded and wait do not apply"
             )
         rule = Speculation.from_options(code_options, backups)
-        job: CodedJob = speculative_job(
-            client,
-            data_blocks,
-            func,
-            args,
-            kwargs,
-            rule,
-            timeout,
-            combine,
-            speculative_placement(workers, data_blocks.K),
-            transform=transform,
-        )
-    elif error is not None:  # auto mode
-        if adversaries:
-            raise ValueError("adversaries= needs a fixed n_coded and wait, not 'auto'")
-        assert isinstance(code, str)  # a Code instance is refused with auto mode
-        key = function_key(func)
-        coder, policy, placement, auto = await _auto_setup(
-            client,
-            workers,
-            data_blocks.K,
-            code,
-            n_coded,
-            wait,
-            error,
-            code_options,
-            avoid,
-            key,
-        )
+        placement = speculative_placement(workers, data_blocks.K)
     else:
-        auto = None
         if adversaries and n_coded is None and isinstance(code, str):
             default = default_n_coded(code.lower(), data_blocks.K, n_workers, code_options)
             n_coded = robust_n_coded(data_blocks.K, adversaries, n_workers, default)
@@ -554,7 +604,13 @@ async def _submit(
         if adversaries:  # before anything is submitted: N and wait must allow locating them
             policy = robust_policy(coder, policy, wait is not None, adversaries)
         placement = _place(workers, coder, avoid)
-    if backups is None:
+    job: CodedJob
+    if rule is not None:
+        job = speculative_job(
+            client, data_blocks, func, args, kwargs, rule, timeout, combine, placement,
+            transform=transform,
+        )  # fmt: skip
+    else:
         job = CodedJob(
             client,
             coder,
@@ -568,7 +624,7 @@ async def _submit(
             placement,
             transform=transform,
         )
-        job.report.auto = auto
+    job.report.auto = auto
     job.progress = progress
     job.adversaries = job.report.adversaries = adversaries
     await job._submit()

@@ -162,9 +162,8 @@ class ErrorTarget(WaitPolicy):
             raise ValueError("until() needs an error target, a deadline or both")
         for name in ("error", "deadline"):
             v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf
-            ):
+            real = isinstance(v, numbers.Real) and not isinstance(v, bool)
+            if v is not None and not (real and 0 < float(v) < math.inf):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         m = self.min_results
         if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
