@@ -362,9 +362,14 @@ async def test_cluster_heavy_regime_leaves_room_for_the_stragglers(c, s, *worker
         chosen = jobs[0].report.auto["chosen"]
         assert chosen["error"] <= 0.1
         # room for the stragglers: about 30% of tasks are late, and the plan is not predicted
-        # to wait for one even at its 90th percentile
+        # to wait for one in most jobs (overhead aside). Before issue 42 this asked for none
+        # at the 90th percentile either: with N <= 16 and the budget's k >= 9, P(more than
+        # N - k of N late) at p = 0.3 is 0.07 at best and 0.22 at the (14, 9) usually
+        # chosen, so only a model that took the planned workers for faster than they are
+        # (the winner's curse, docs/adaptive.md) predicted that
         assert chosen["N"] - chosen["k"] >= 0.3 * chosen["N"], jobs[0].report.auto
-        assert chosen["p90"] - chosen["overhead"] < 1.5, jobs[0].report.auto  # overhead aside
+        time, p90 = chosen["time"] - chosen["overhead"], chosen["p90"] - chosen["overhead"]
+        assert p90 < 1.5 or time < 0.5 * p90, jobs[0].report.auto
         for job in jobs:
             chosen = job.report.auto["chosen"]
             assert chosen is not None
@@ -608,3 +613,17 @@ async def test_cluster_auto_without_a_budget_answers_exactly_and_plans_k(c, s, *
         assert auto["K_weighed"] == [16, 12, 8] and auto["K"] in auto["K_weighed"]
         assert job.report.K == auto["K"]
         assert job.report.code["name"] == auto["chosen"]["code"]
+
+
+@pytest.mark.slow
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_auto_with_more_blocks_than_workers_hedges_in_waves(c, s, *workers):
+    """No one-wave plan fits K > W: exact copies in waves, with or without a budget (it
+    used to fail asking for K + 1 workers for repetition, the safe code)."""
+    X = np.random.default_rng(2).standard_normal((40, 3))
+    for kw in ({}, {"error": 0.05}):
+        job = await dask_bacc.submit_coded(np.tanh, X, n_blocks=10, code="auto", client=c, **kw)
+        out = await job
+        np.testing.assert_array_equal(out, np.tanh(X))
+        assert job.report.code["name"] == "hedged" and job.report.K == 10
+        assert "more than one task per worker" in job.report.auto["reason"]

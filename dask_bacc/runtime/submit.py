@@ -544,6 +544,23 @@ async def _submit(
         data_blocks = adapt(data, **labels)
     else:
         data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
+    if code == AUTO and n_coded in (None, AUTO) and wait in (None, AUTO) and not adversaries:
+        if data_blocks.K > n_workers and transform is None:
+            # more blocks than workers: no one-wave plan fits; hedged copies in waves
+            # (exact; a grouped approximate code is not planned)
+            job = await submit_waves(
+                client, data_blocks, func, args, kwargs, HEDGED, {}, timeout, workers,
+                avoid, combine,
+            )  # fmt: skip
+            job.report.auto = {
+                "chosen": None,
+                "reason": (
+                    f"K={data_blocks.K} blocks on {n_workers} workers: more than one task per "
+                    "worker, which auto does not plan; hedged, in waves"
+                ),
+                "K": data_blocks.K,
+            }
+            return job
     if in_waves(code, data_blocks.K, n_workers) and not coded_job and not auto_mode:
         # more blocks than a coded job can give a worker each: copies in waves instead
         return await submit_waves(
