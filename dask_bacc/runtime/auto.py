@@ -67,9 +67,13 @@ def is_auto(value: object) -> bool:
 HEDGED = "hedged"
 #: what ``code="auto"`` weighs without an error budget: the exact strategies only
 EXACT_AUTO_CODES = (HEDGED, "repetition", "uncoded")
-#: what ``code="auto"`` weighs with an error budget (``error=``): the approximate codes too
-#: (Lagrange needs f's degree, which only the user knows)
-AUTO_CODES = ("systematic-spline", "spline", "systematic-berrut", "berrut", *EXACT_AUTO_CODES)
+#: what ``code="auto"`` weighs with an error budget (``error=``): the systematic
+#: approximate codes too. A planned approximate job waits past its k while its estimate is
+#: above the budget (:func:`~dask_bacc.runtime.submit.planned_wait`), and only a
+#: systematic code is sure to end within it, exact at worst once its systematic tasks are
+#: in; spline and Berrut can end every result in above it (Lagrange needs f's degree,
+#: which only the user knows)
+AUTO_CODES = ("systematic-spline", "systematic-berrut", *EXACT_AUTO_CODES)
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,10 @@ from .submit import (
     check_error_budget,
     learn_calibration,
     plan_job,
+    planned_wait,
     safe_code,
 )
-from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
+from .wait import WaitPolicy, resolve_timeout, resolve_wait
 from .worker import encode_share, hold_share
 
 if TYPE_CHECKING:
@@ -350,8 +351,7 @@ class CodedData:
             )
         except NoSetting as exc:
             return resolve_wait(None, self.code), {"chosen": None, "reason": f"{exc}: the defaults"}
-        k = chosen.chosen.k
-        policy = resolve_wait(None, self.code) if self.code.exact else FirstK(k)
+        policy = resolve_wait(None, self.code) if self.code.exact else planned_wait(chosen)
         return policy, chosen.as_dict()
 
     async def _placement(self) -> tuple[list[str], dict[int, str], dict[str, Any]]:

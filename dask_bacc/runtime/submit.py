@@ -43,7 +43,7 @@ from .quality import check_adversaries, robust_max_blocks, robust_n_coded, robus
 from .redundant import EXACT_LAYER_CODES, RedundantJob, policy_for
 from .rules import BACKUP_CODES, Speculation, backup_code
 from .speculative import speculative_job, speculative_placement
-from .wait import FirstK, WaitPolicy, resolve_timeout, resolve_wait
+from .wait import ErrorTarget, WaitPolicy, resolve_timeout, resolve_wait
 from .waves import BlocksJob, in_waves, submit_waves
 
 if TYPE_CHECKING:
@@ -298,6 +298,16 @@ def fixed_code_budget() -> float:
     return 0.1 if warn is None else float(warn)
 
 
+def planned_wait(chosen: Plan) -> WaitPolicy:
+    """The wait of a planned approximate job: its k results, and more while the job's own
+    error estimate is above the budget (``until(error=budget, min_results=k)``): a
+    prediction that was wrong for this function (its calibration not learned yet, or its
+    data rougher than its earlier jobs') costs time, never an answer beyond the budget
+    taken on trust. Once every result is in, or every systematic one, the job decodes as
+    any ``until`` job does."""
+    return ErrorTarget(chosen.error_budget, min_results=chosen.chosen.k)
+
+
 def plan_job(
     view: ModelView,
     K: int,
@@ -489,7 +499,7 @@ async def _auto_setup(
     name = "uncoded" if c.code == HEDGED else c.code  # (hedging decodes as K copies)
     coder = get_code(name, K, c.N, **dict(codes)[c.code])
     if free_wait and not coder.exact:
-        policy: WaitPolicy = FirstK(c.k)
+        policy: WaitPolicy = planned_wait(chosen)
     else:
         policy = resolve_wait(None if free_wait else wait, coder)
     return coder, policy, chosen.workers, {**chosen.as_dict(), **note}
@@ -544,15 +554,16 @@ async def _submit(
         data_blocks = adapt(data, **labels)
     else:
         data_blocks = _adapt(data, code, n_workers, n_blocks, blocks, labels)
-    if code == AUTO and n_coded in (None, AUTO) and wait in (None, AUTO) and not adversaries:
-        if data_blocks.K > n_workers and transform is None:
+    free = all(x is None or is_auto(x) for x in (n_coded, wait))
+    if code == AUTO and free and not adversaries and transform is None:
+        if data_blocks.K > n_workers:
             # more blocks than workers: no one-wave plan fits; hedged copies in waves
             # (exact; a grouped approximate code is not planned)
-            job = await submit_waves(
+            waves = await submit_waves(
                 client, data_blocks, func, args, kwargs, HEDGED, {}, timeout, workers,
                 avoid, combine,
             )  # fmt: skip
-            job.report.auto = {
+            waves.report.auto = {
                 "chosen": None,
                 "reason": (
                     f"K={data_blocks.K} blocks on {n_workers} workers: more than one task per "
@@ -560,7 +571,7 @@ async def _submit(
                 ),
                 "K": data_blocks.K,
             }
-            return job
+            return waves
     if in_waves(code, data_blocks.K, n_workers) and not coded_job and not auto_mode:
         # more blocks than a coded job can give a worker each: copies in waves instead
         return await submit_waves(
