@@ -565,6 +565,13 @@ def test_a_hedge_never_answers_later_than_the_task_it_copies():
         plain = D[:, :K].max(axis=1)
         assert np.all(T[:, 0] <= plain + 1e-12)
         assert cpu >= D[:, :K].sum(axis=1).mean()  # copies cost their run, never less
+        # two backups at once where the budget holds them: sooner on the whole, dearer
+        _, mean3, cpu3 = _Times(D).hedged(K, 1.5, copies=3, budget=None)
+        assert mean3[0] < T.mean() and cpu3 > cpu
+        # a budget of one backup: a draw with two late blocks waits for one of them
+        T1, _, _ = _Times(D).hedged(K, 1.5, copies=3, budget=1 / K)
+        two = (D[:, :K] > 1.5).sum(axis=1) >= 2
+        assert two.any() and np.all(T1[two, 0] > 1.5)
     quiet_draws = np.full((64, 16), 1.0)  # nobody late: no copy, the plain job's time
     T, _, cpu = _Times(quiet_draws).hedged(16, 1.5)
     assert np.all(T == 1.0) and cpu == pytest.approx(16.0)

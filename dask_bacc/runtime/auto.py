@@ -343,36 +343,46 @@ class _Times:
         return out
 
     def hedged(
-        self, K: int, threshold: float
+        self, K: int, threshold: float, copies: int = 2, budget: float | None = None
     ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-        """``(T, mean, cpu)`` of hedging: block j runs on the worker ranked j; once it has
-        run ``threshold`` median tasks a copy starts on the first worker free: an idle
+        """``(T, mean, cpu)`` of hedging (:func:`~dask_bacc.runtime.rules.share_backups`'s
+        first check): block j runs on the worker ranked j; once it has run ``threshold``
+        median tasks it gets ``copies - 1`` backups at once when the budget (``budget``
+        times K backups, at least one; None: no limit) holds them for every late block,
+        else one each while it lasts. A backup starts on the first worker free: an idle
         one (ranked K and after) while there is one, then the workers of the job in the
-        order their own tasks end (the i-th late block's copy on the i-th to end); the
-        block is in at the first copy to finish. A copy's latency is another draw of its
-        worker (the next row: draws are independent). Its cost: every primary to its
-        end, and every copy started, to its end.
+        order their own tasks end; the block is in at the first copy to finish. A copy's
+        latency is another draw of its worker (a later row: draws are independent). Its
+        cost: every primary to its end, and every copy started, to its end.
 
-        The budget of extra work and a third copy are not modelled: this is the rule's
-        first round, which is what decides a one-wave job's tail."""
+        A backup that runs late too is not backed up again (a threshold later, in the
+        rule): this is the rule's first round, which decides a one-wave job's tail."""
         D = self.D
         S, W = D.shape
         primary = D[:, :K]
-        again = np.roll(D, 1, axis=0)  # another draw of every worker
+        launched = primary > threshold
+        late = launched.sum(axis=1, keepdims=True)
+        slots = np.inf if budget is None else max(1, math.floor(budget * K))
+        each = np.where(late * (copies - 1) <= slots, copies - 1, 1)  # per draw
         # the slots a copy can take, first free first: idle workers, then the job's own
         ends = np.argsort(primary, axis=1, kind="stable")
         slot_col = np.concatenate([np.tile(np.arange(K, W), (S, 1)), ends], axis=1)
         slot_free = np.concatenate(
             [np.zeros((S, W - K)), np.take_along_axis(primary, ends, axis=1)], axis=1
         )
-        launched = primary > threshold
-        rank = np.minimum(np.cumsum(launched, axis=1) - 1, W - 1).clip(0)
-        col = np.take_along_axis(slot_col, rank, axis=1)
-        start = np.maximum(threshold, np.take_along_axis(slot_free, rank, axis=1))
-        backup = np.take_along_axis(again, col, axis=1)
-        T = np.where(launched, np.minimum(primary, start + backup), primary).max(axis=1)[:, None]
-        cpu = float((primary.sum(axis=1) + np.where(launched, backup, 0.0).sum(axis=1)).mean())
-        return T, T.mean(axis=0), cpu
+        order = np.cumsum(launched, axis=1) - 1  # the rank of each late block in its draw
+        T = primary.copy()
+        cpu = primary.sum(axis=1)
+        for c in range(copies - 1):
+            on = launched & (c < each) & (order < slots)
+            rank = np.minimum(order * each + c, W - 1).clip(0)
+            col = np.take_along_axis(slot_col, rank, axis=1)
+            start = np.maximum(threshold, np.take_along_axis(slot_free, rank, axis=1))
+            backup = np.take_along_axis(np.roll(D, 1 + c, axis=0), col, axis=1)
+            T = np.where(on, np.minimum(T, start + backup), T)
+            cpu = cpu + np.where(on, backup, 0.0).sum(axis=1)
+        T = T.max(axis=1)[:, None]
+        return T, T.mean(axis=0), float(cpu.mean())
 
 
 def _stored_row(
@@ -604,7 +614,7 @@ def plan(
     hysteresis: float = 0.0,
     incumbent: tuple[str, int, int] | None = None,
     overhead: dict[str, float] | None = None,
-    hedge_threshold: float = 1.5,
+    hedge: tuple[float, int, float | None] = (1.5, 3, 0.25),
 ) -> Plan:
     """Choose the code, N, the wait and the workers of a job.
 
@@ -667,10 +677,12 @@ def plan(
     overhead : dict of str to float, optional
         Per code, what a job of it costs besides waiting for its tasks, in median tasks
         (:meth:`Overheads.units`): added to its predicted times.
-    hedge_threshold : float
+    hedge : (float, int, float or None)
         Where ``codes`` has :data:`HEDGED`: the median tasks after which a task gets a
-        copy (``bacc.hedge.multiplier``). Hedging runs K tasks (its ``N`` is K) and is
-        weighed only when N, the wait and the placement are free.
+        copy, the most copies of a task and the budget of backups as a fraction of K
+        (``bacc.hedge.multiplier``, ``copies``, ``budget``; :meth:`_Times.hedged`).
+        Hedging runs K tasks (its ``N`` is K) and is weighed only when N, the wait and
+        the placement are free.
 
     Returns
     -------
@@ -695,7 +707,7 @@ def plan(
     for name, opts in codes:
         if name == HEDGED:
             if placement is None and wait is None and n_coded is None and K <= W:
-                T, mean, cpu = times.hedged(K, hedge_threshold)
+                T, mean, cpu = times.hedged(K, *hedge)
                 fixed = (overhead or {}).get(name, 0.0)
                 mean = mean + fixed
                 code = _build("uncoded", K, K, {})

@@ -341,8 +341,13 @@ def plan_job(
         "exact-preference": float(config.get("auto.exact-preference")),
         "confidence": float(config.get("auto.confidence")),
         "hysteresis": float(config.get("auto.hysteresis")),
-        "hedge-threshold": float(config.get("hedge.multiplier")),
     }
+    hedge_budget = config.get("hedge.budget")
+    hedge = (
+        float(config.get("hedge.multiplier")),
+        int(config.get("hedge.copies")),
+        None if hedge_budget is None else float(hedge_budget),
+    )
     key: Hashable = (
         func_name,
         K,
@@ -359,6 +364,7 @@ def plan_job(
         _calibration.jobs(func_name),
         _overheads.jobs(func_name),
         tuple(sorted(settings.items())),
+        hedge,
     )
     cached = auto_cache.plans.get(key, inputs)
     if cached is not None:
@@ -383,7 +389,7 @@ def plan_job(
         hysteresis=settings["hysteresis"],
         incumbent=auto_cache.plans.incumbent(key),
         overhead=_overheads.units(func_name),
-        hedge_threshold=settings["hedge-threshold"],
+        hedge=hedge,
     )
     auto_cache.plans.put(key, inputs, chosen)
     return chosen
