@@ -590,7 +590,9 @@ def hindsight(cell: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     (hedged included, auto excluded; each may be another strategy); ``best_approx``: the
     approximate code with the least p90 among those with median error <= 0.02 (among all
     approximate codes when none is; ``best_approx_error_ok`` says which), with its median
-    error and estimate check; ``approx_over_exact_p90``; ``auto`` against the best exact
+    error and estimate check; ``approx_over_exact_p90``; ``best_qualified``, the fastest
+    approximate code meeting target (a)'s error and estimate conditions, and
+    ``qualified_over_exact_p90``; ``auto`` against the best exact
     p50 and p90 and plain's p90; ``auto-e0.02`` against the oracle: per quantile, the
     least of every strategy (auto excluded) whose worst error is <= 0.02. Quantiles in
     seconds (``p50_s``, ``p90_s``)."""
@@ -618,6 +620,12 @@ def hindsight(cell: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         )
         if b90 is not None:
             h["approx_over_exact_p90"] = cell[ba]["p90_s"] / cell[b90]["p90_s"]
+    # target (a)'s candidates: median error <= 2% and the estimate vouching in >= 95% of jobs
+    fit = [s for s in good if cell[s].get("estimate_ok", 0) >= TARGET_ESTIMATE]
+    bq = _best(cell, fit, "p90_s")
+    if bq is not None and b90 is not None:
+        h["best_qualified"] = bq
+        h["qualified_over_exact_p90"] = cell[bq]["p90_s"] / cell[b90]["p90_s"]
     if "auto" in cell and b50 is not None and b90 is not None:
         a = cell["auto"]
         h["auto"] = {
@@ -648,18 +656,15 @@ def hindsight(cell: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 def targets(h: Mapping[str, Any], data: str, concurrent: int) -> dict[str, bool | None]:
     """The issue's targets in one cell (None: not applicable there).
 
-    (a) smooth rows, J = 3: the best approximate p90 <= 0.5x the best exact p90, its
-    median error <= 2% and its estimate >= 0.5x the true error in >= 95% of jobs;
+    (a) smooth rows, J = 3: an approximate code whose p90 is <= 0.5x the best exact p90,
+    whose median error is <= 2% and whose estimate is >= 0.5x the true error in >= 95% of
+    jobs (the fastest such code: hindsight's ``best_qualified``);
     (b) auto within 1.2x of the best exact p50 and p90, and never above plain's p90;
     (c) ``auto-e0.02`` within 1.2x of the oracle's p50 and p90, mean error <= 0.02."""
     out: dict[str, bool | None] = {"a": None, "b": None, "c": None}
     if data == "smooth" and concurrent == 3 and "best_approx" in h:
-        out["a"] = bool(
-            h.get("best_approx_error_ok")
-            and h.get("approx_over_exact_p90", math.inf) <= TARGET_APPROX_P90
-            and h["best_approx_median_error"] <= TARGET_ERROR
-            and h.get("best_approx_estimate_ok", 0) >= TARGET_ESTIMATE
-        )
+        # some approximate code meets all three (hindsight's best_qualified)
+        out["a"] = h.get("qualified_over_exact_p90", math.inf) <= TARGET_APPROX_P90
     a = h.get("auto")
     if a is not None:
         out["b"] = bool(
@@ -708,6 +713,12 @@ def _mark(ok: bool | None) -> str:
     return "" if ok is None else ("**pass**" if ok else "fail")
 
 
+def _qualified(h: Mapping[str, Any]) -> str:
+    if "best_qualified" not in h:
+        return " (no code within 2% with its estimate)"
+    return f" ({h['best_qualified']} {_f(h['qualified_over_exact_p90'])})"
+
+
 def render(results: Mapping[str, Any]) -> str:
     """Markdown tables of the issue-42 cells of a result file (the cells with per-job
     figures), then the hindsight summary with the targets."""
@@ -753,7 +764,13 @@ def render(results: Mapping[str, Any]) -> str:
             lines.append("")
             lines.append(extra)
         lines.append("")
-    hs = results.get("hindsight", {})
+    # recomputed from the cells' figures (a file written before a change of these rules
+    # renders with today's)
+    hs, ts = {}, {}
+    for name, h in results.get("hindsight", {}).items():
+        m = meta.get(name, {})
+        hs[name] = hindsight(cells[name]) if name in cells else h
+        ts[name] = targets(hs[name], m.get("data", ""), m.get("concurrent", 1))
     if hs:
         lines += [
             "Hindsight per cell (quantiles in seconds; best exact: hedged included, auto "
@@ -762,11 +779,12 @@ def render(results: Mapping[str, Any]) -> str:
             "",
             "| cell | best exact p50 | best exact p90 | best approx p90 (median error, "
             "estimate ok) | approx / exact p90 | auto p50 / p90 vs best exact (p90 vs plain)"
-            " | auto-e0.02 p50 / p90 vs oracle (mean error) | (a) | (b) | (c) |",
+            " | auto-e0.02 p50 / p90 vs oracle (mean error) | (a) (fastest code meeting its "
+            "error and estimate conditions, p90 / best exact) | (b) | (c) |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, h in hs.items():
-            t = results.get("targets", {}).get(name, {})
+            t = ts[name]
             a, c = h.get("auto"), h.get("auto-e0.02")
             approx = (
                 f"{_f(h['best_approx_p90_s'])} {h['best_approx']}"
@@ -793,10 +811,27 @@ def render(results: Mapping[str, Any]) -> str:
                     if c
                     else ""
                 )
-                + f" | {_mark(t.get('a'))} | {_mark(t.get('b'))} | {_mark(t.get('c'))} |"
+                + f" | {_mark(t.get('a'))}{_qualified(h) if t.get('a') is not None else ''}"
+                f" | {_mark(t.get('b'))} | {_mark(t.get('c'))} |"
             )
-        lines.append("")
+        lines += ["", overall(ts), ""]
     return "\n".join(lines)
+
+
+def overall(per_cell: Mapping[str, Mapping[str, bool | None]]) -> str:
+    """One line: each target over the cells where it applies ((b) and (c): every cell)."""
+    parts = []
+    for key in ("a", "b", "c"):
+        got = {c: t[key] for c, t in per_cell.items() if t.get(key) is not None}
+        if not got:
+            parts.append(f"({key}) not measured")
+            continue
+        failed = [c for c, ok in got.items() if not ok]
+        parts.append(
+            f"({key}) passes in {len(got) - len(failed)} of {len(got)} cells"
+            + (f" (fails in {', '.join(failed)})" if failed else "")
+        )
+    return "Targets overall: " + "; ".join(parts) + "."
 
 
 def _commit() -> str:

@@ -206,6 +206,7 @@ def test_hindsight_picks_the_best_of_each_kind(eq):
     assert h["best_approx"] == "systematic-spline-r1.25" and h["best_approx_error_ok"]
     assert h["best_approx_median_error"] == 0.01 and h["best_approx_estimate_ok"] == 1.0
     assert h["approx_over_exact_p90"] == pytest.approx(0.45)
+    assert h["best_qualified"] == "systematic-spline-r1.25"  # spline-r1.5's estimate: 97%
     assert h["auto"]["p50_over_best"] == pytest.approx(1.1)
     assert h["auto"]["p90_over_best"] == pytest.approx(1.1)
     assert h["auto"]["p90_over_plain"] == pytest.approx(0.55)
@@ -228,6 +229,9 @@ def test_targets_pass_and_fail(eq):
     cell["auto-e0.02"].update(mean_error=0.01)
     assert eq.targets(eq.hindsight(cell), "smooth", 3)["c"] is True
     cell["systematic-spline-r1.25"]["estimate_ok"] = 0.9  # the estimate vouched too rarely
+    h = eq.hindsight(cell)  # spline-r1.5 qualifies, but at 0.475x the best exact p90
+    assert h["best_qualified"] == "spline-r1.5" and eq.targets(h, "smooth", 3)["a"] is True
+    cell["spline-r1.5"]["p90_s"] = 1.01  # 0.505x
     assert eq.targets(eq.hindsight(cell), "smooth", 3)["a"] is False
     cell["plain"]["p90_s"] = 2.1  # auto within 1.2x of the best but above plain's p90
     assert eq.targets(eq.hindsight(cell), "smooth", 3)["b"] is False
@@ -260,7 +264,11 @@ def test_render_and_show(eq, capsys):
     assert "| auto | 1.00 / 1.00 / 1.00 |" in text and "repetition N=16 x3" in text
     assert "stragglers" not in text  # an issue-39 cell has no per-job table
     row = next(line for line in text.splitlines() if line.startswith("| sat-smooth-J3 |"))
-    assert row.endswith("| **pass** | **pass** | fail |")
+    assert row.endswith("| **pass** (systematic-spline-r1.25 0.45) | **pass** | fail |")
+    assert (
+        "Targets overall: (a) passes in 1 of 1 cells; (b) passes in 1 of 1 cells; (c) "
+        "passes in 0 of 1 cells (fails in sat-smooth-J3)." in text
+    )
     eq.show("sat-smooth-J3", cell)
     shown = json.loads(capsys.readouterr().out.split(" ", 1)[1])
     assert "records" not in shown["plain"] and "times" not in shown["plain"]
