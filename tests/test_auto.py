@@ -637,3 +637,25 @@ async def test_auto_with_more_blocks_than_workers_hedges_in_waves(c, s, *workers
         np.testing.assert_array_equal(out, np.tanh(X))
         assert job.report.code["name"] == "hedged" and job.report.K == 10
         assert "more than one task per worker" in job.report.auto["reason"]
+
+
+def test_a_job_that_waited_to_exact_still_calibrates_its_function():
+    """A planned approximate job whose estimates stayed above the budget ends exact (its
+    systematic tasks in: estimate 0, which says nothing); the estimates it made while
+    waiting teach the calibration that the function is rough, so the next plan moves on."""
+    from types import SimpleNamespace
+
+    from dask_bacc.runtime import submit
+
+    code = get_code("systematic-spline", 12, 16)
+    report = SimpleNamespace(
+        status="finished", error_estimate=0.0, returned=list(range(14)),
+        estimates=[[12, 0.31], [13, 0.24]], token="t",
+    )  # fmt: skip
+    job = SimpleNamespace(report=report, code=code, quality=SimpleNamespace(fewer_results=list))
+    key = "rough-function-of-test_auto"
+    before = submit._calibration.scale(key)(expected_error(code, 12))
+    submit.learn_calibration(job, key)
+    assert submit._calibration.jobs(key) == 1
+    after = submit._calibration.scale(key)(expected_error(code, 12))
+    assert after > 1.5 * before and after > 0.02  # one job moves it part of the way

@@ -421,7 +421,10 @@ def learn_overhead(job: CodedJob, key: str, code: str | None) -> None:
 
 def learn_calibration(job: CodedJob, key: str) -> None:
     """After an auto job: fit its function's calibration (kept under ``key``) to the job's
-    error estimate and to those of its shorter waits (the same results, fewer of them).
+    error estimate, to those of its shorter waits (the same results, fewer of them) and to
+    those it made while waiting past its planned k (``report.estimates``: a job whose
+    estimates stayed above the budget until its systematic tasks made it exact still says
+    how far off the function's decodes were).
 
     A done callback: a failure is logged, never raised (the job's answer is already out).
     """
@@ -429,7 +432,11 @@ def learn_calibration(job: CodedJob, key: str) -> None:
     if rep.status != "finished" or rep.error_estimate is None or not rep.returned:
         return
     try:
-        points = [(len(rep.returned), rep.error_estimate), *job.quality.fewer_results()]
+        points = [
+            (len(rep.returned), rep.error_estimate),
+            *job.quality.fewer_results(),
+            *((int(m), float(e)) for m, e in rep.estimates if m is not None and e is not None),
+        ]
         _calibration.observe(key, job.code, points)
     except Exception:
         logger.warning("auto mode could not learn from job %s", rep.token, exc_info=True)
