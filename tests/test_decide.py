@@ -428,5 +428,5 @@ def test_a_deadline_does_not_hurry_an_exact_code_or_an_exact_only_job():
     "kwargs", [{}, {"deadline": 0}, {"deadline": -1.0}, {"deadline": True}, {"error": 0}]
 )
 def test_until_needs_a_positive_error_or_deadline(kwargs):
-    with pytest.raises(ValueError, match="until|positive"):
+    with pytest.raises(ValueError, match=r"until\(\) needs|must be a positive"):
         until(**kwargs)
