@@ -336,7 +336,10 @@ def test_testbed_close_interrupted_still_stops_everything(monkeypatch):
 
 
 _SCRIPT = """
-import sys, time
+import signal, sys, time
+# Ctrl-C raises KeyboardInterrupt whatever the disposition this process inherited (a
+# parent that ignores SIGINT makes Python skip its own handler at start-up)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from dask_bacc.bench.testbed import Testbed
 bed = Testbed(2, nanny=False).start()  # no with-block: the atexit guard must stop it
 print(bed.tmpdir, *[p.pid for p in bed.processes], flush=True)
@@ -355,7 +358,12 @@ def test_testbed_interrupted_script_leaves_nothing_behind():
         tmpdir, *pids = script.stdout.readline().split()
         assert len(pids) == 3 and _alive(map(int, pids))
         script.send_signal(signal.SIGINT)  # Ctrl-C: KeyboardInterrupt, then atexit
-        _, err = script.communicate(timeout=60)
+        try:
+            _, err = script.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # (once in a CI run: say what it was doing)
+            script.kill()
+            _, err = script.communicate()
+            raise AssertionError(f"the script did not exit within 60 s of Ctrl-C:\n{err}") from None
     finally:
         script.kill()
         script.wait()
